@@ -1,0 +1,598 @@
+/*
+ * mtl_rustofi: the Open MPI side of the component.
+ *
+ * This file does only what must touch Open MPI's macros and inline
+ * functions: the component structure, MCA parameters, modex publish and
+ * lookup of endpoint names, proc-to-peer lookup, convertor pack/unpack for
+ * non-contiguous data, filling statuses and calling request completion
+ * callbacks, and the progress hook. Everything else (provider selection,
+ * libfabric resources, wire protocol, matching, progress) is the Rust
+ * library behind rustofi.h.
+ */
+
+#include "ompi_config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi.h"
+#include "ompi/communicator/communicator.h"
+#include "ompi/message/message.h"
+#include "ompi/mca/mtl/base/base.h"
+#include "ompi/mca/mtl/base/mtl_base_datatype.h"
+#include "ompi/mca/mtl/mtl.h"
+#include "ompi/mca/pml/pml.h"
+#include "ompi/proc/proc.h"
+#include "opal/mca/base/mca_base_var.h"
+#include "opal/mca/pmix/pmix.h"
+#include "opal/runtime/opal_progress.h"
+#include "opal/util/output.h"
+
+#include "rustofi.h"
+
+_Static_assert(sizeof(MtlRequest) == sizeof(mca_mtl_request_t),
+               "Rust mirror of mca_mtl_request_t has the wrong size");
+
+/* ------------------------------------------------------------------ */
+/* MCA parameters                                                      */
+
+static int param_priority = 25;
+static char *param_include = NULL;
+static char *param_exclude = NULL;
+static int param_eager_limit = 8192;
+static int param_verbose = 0;
+static char *param_rndv_protocol = NULL;
+static long param_rndv_chunk = 64L * 1024 * 1024;
+static int param_rx_buffers = 256;
+static char *param_fault_inject = NULL;
+static int idx_include = -1;
+static int idx_exclude = -1;
+
+static int rustofi_component_register(void);
+static int rustofi_component_open(void);
+static int rustofi_component_close(void);
+static int rustofi_component_query(mca_base_module_t **module, int *priority);
+static mca_mtl_base_module_t *rustofi_component_init(bool enable_progress_threads,
+                                                     bool enable_mpi_threads);
+
+mca_mtl_base_component_2_0_0_t mca_mtl_rustofi_component = {
+    .mtl_version = {
+        MCA_MTL_BASE_VERSION_2_0_0,
+        .mca_component_name = "rustofi",
+        MCA_BASE_MAKE_VERSION(component, OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION,
+                              OMPI_RELEASE_VERSION),
+        .mca_open_component = rustofi_component_open,
+        .mca_close_component = rustofi_component_close,
+        .mca_query_component = rustofi_component_query,
+        .mca_register_component_params = rustofi_component_register,
+    },
+    .mtl_data = {MCA_BASE_METADATA_PARAM_NONE},
+    .mtl_init = rustofi_component_init,
+};
+
+static int reg_int(const char *name, const char *help, int level, int *storage)
+{
+    return mca_base_component_var_register(&mca_mtl_rustofi_component.mtl_version, name, help,
+                                           MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, level,
+                                           MCA_BASE_VAR_SCOPE_READONLY, storage);
+}
+
+static int reg_string(const char *name, const char *help, int level, char **storage)
+{
+    return mca_base_component_var_register(&mca_mtl_rustofi_component.mtl_version, name, help,
+                                           MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, level,
+                                           MCA_BASE_VAR_SCOPE_READONLY, storage);
+}
+
+static int rustofi_component_register(void)
+{
+    reg_int("priority",
+            "Priority of the rustofi MTL; pml cm competes with pml ob1 (20) at this value",
+            OPAL_INFO_LVL_3, &param_priority);
+    idx_include = reg_string(
+        "provider_include",
+        "Comma-separated libfabric providers to use, first usable wins (e.g. efa, tcp, udp, shm, "
+        "sockets); a name matches any layer of a provider such as tcp;ofi_rxm. Cannot be combined "
+        "with provider_exclude",
+        OPAL_INFO_LVL_1, &param_include);
+    idx_exclude = reg_string(
+        "provider_exclude",
+        "Comma-separated libfabric providers never to use. Cannot be combined with "
+        "provider_include. When neither is set and the component is not named with --mca mtl, "
+        "software providers (shm, sockets, tcp, udp, rstream, net) are excluded",
+        OPAL_INFO_LVL_1, &param_exclude);
+    reg_int("eager_limit",
+            "Largest message (bytes, 0..1048576) sent eagerly; larger ones use the rendezvous "
+            "protocol",
+            OPAL_INFO_LVL_3, &param_eager_limit);
+    reg_int("verbose",
+            "Verbosity: 1 prints one line of traffic counters per rank at finalize, 2 also the "
+            "chosen provider and capabilities at startup",
+            OPAL_INFO_LVL_1, &param_verbose);
+    reg_string("rndv_protocol",
+               "Rendezvous data path: auto (RMA read when the provider has FI_RMA, else send), "
+               "read, or send",
+               OPAL_INFO_LVL_5, &param_rndv_protocol);
+    mca_base_component_var_register(&mca_mtl_rustofi_component.mtl_version, "rndv_chunk_size",
+                                    "Largest single libfabric transfer of a rendezvous (bytes, at "
+                                    "least 4096; also capped by the provider's max_msg_size)",
+                                    MCA_BASE_VAR_TYPE_LONG, NULL, 0, 0, OPAL_INFO_LVL_5,
+                                    MCA_BASE_VAR_SCOPE_READONLY, &param_rndv_chunk);
+    reg_int("rx_buffers", "Receive bounce buffers kept posted (8..65536)", OPAL_INFO_LVL_5,
+            &param_rx_buffers);
+    reg_string("fault_inject",
+               "Testing only: none, rma_key (corrupt the key of the next rendezvous read so the "
+               "provider reports a completion error) or bad_packet (send one malformed packet)",
+               OPAL_INFO_LVL_9, &param_fault_inject);
+    return OMPI_SUCCESS;
+}
+
+static int rustofi_component_open(void)
+{
+    return OMPI_SUCCESS;
+}
+
+static int rustofi_component_close(void)
+{
+    return OMPI_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* Module                                                              */
+
+static int rustofi_add_procs(struct mca_mtl_base_module_t *mtl, size_t nprocs,
+                             struct ompi_proc_t **procs);
+static int rustofi_del_procs(struct mca_mtl_base_module_t *mtl, size_t nprocs,
+                             struct ompi_proc_t **procs);
+static int rustofi_mtl_finalize(struct mca_mtl_base_module_t *mtl);
+static int rustofi_send(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm,
+                        int dest, int tag, struct opal_convertor_t *convertor,
+                        mca_pml_base_send_mode_t mode);
+static int rustofi_mtl_isend(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm,
+                             int dest, int tag, struct opal_convertor_t *convertor,
+                             mca_pml_base_send_mode_t mode, bool blocking,
+                             mca_mtl_request_t *mtl_request);
+static int rustofi_mtl_irecv(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm,
+                             int src, int tag, struct opal_convertor_t *convertor,
+                             mca_mtl_request_t *mtl_request);
+static int rustofi_mtl_iprobe(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm,
+                              int src, int tag, int *flag, struct ompi_status_public_t *status);
+static int rustofi_mtl_imrecv(struct mca_mtl_base_module_t *mtl,
+                              struct opal_convertor_t *convertor,
+                              struct ompi_message_t **message, mca_mtl_request_t *mtl_request);
+static int rustofi_mtl_improbe(struct mca_mtl_base_module_t *mtl,
+                               struct ompi_communicator_t *comm, int src, int tag, int *matched,
+                               struct ompi_message_t **message,
+                               struct ompi_status_public_t *status);
+static int rustofi_mtl_cancel(struct mca_mtl_base_module_t *mtl, mca_mtl_request_t *mtl_request,
+                              int flag);
+static int rustofi_add_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm);
+static int rustofi_del_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm);
+
+static mca_mtl_base_module_t rustofi_module = {
+    .mtl_max_contextid = 0x7fffffff,
+    .mtl_max_tag = 0x7fffffff,
+    .mtl_request_size = 0,
+    /* All procs are added at MPI_Init, so an incoming packet's sender is
+     * always known. */
+    .mtl_flags = MCA_MTL_BASE_FLAG_REQUIRE_WORLD,
+    .mtl_add_procs = rustofi_add_procs,
+    .mtl_del_procs = rustofi_del_procs,
+    .mtl_finalize = rustofi_mtl_finalize,
+    .mtl_send = rustofi_send,
+    .mtl_isend = rustofi_mtl_isend,
+    .mtl_irecv = rustofi_mtl_irecv,
+    .mtl_iprobe = rustofi_mtl_iprobe,
+    .mtl_imrecv = rustofi_mtl_imrecv,
+    .mtl_improbe = rustofi_mtl_improbe,
+    .mtl_cancel = rustofi_mtl_cancel,
+    .mtl_add_comm = rustofi_add_comm,
+    .mtl_del_comm = rustofi_del_comm,
+};
+
+static int rustofi_component_query(mca_base_module_t **module, int *priority)
+{
+    *priority = param_priority;
+    *module = (mca_base_module_t *) &rustofi_module;
+    return OMPI_SUCCESS;
+}
+
+/* Whether the user asked for this component by name (--mca mtl rustofi). */
+static bool rustofi_named(void)
+{
+    const char **value = NULL;
+    int idx = mca_base_var_find("ompi", "mtl", NULL, NULL);
+    if (idx < 0 || OPAL_SUCCESS != mca_base_var_get_value(idx, &value, NULL, NULL)
+        || NULL == value || NULL == *value || '^' == (*value)[0]) {
+        return false;
+    }
+    char *copy = strdup(*value), *save = NULL;
+    bool found = false;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (' ' == *tok) {
+            tok++;
+        }
+        if (0 == strncmp(tok, "rustofi", 7) && ('\0' == tok[7] || ' ' == tok[7])) {
+            found = true;
+        }
+    }
+    free(copy);
+    return found;
+}
+
+static bool var_is_set(int idx)
+{
+    mca_base_var_source_t source = MCA_BASE_VAR_SOURCE_DEFAULT;
+    if (idx < 0 || OPAL_SUCCESS != mca_base_var_get_value(idx, NULL, &source, NULL)) {
+        return false;
+    }
+    return MCA_BASE_VAR_SOURCE_DEFAULT != source;
+}
+
+static uint64_t proc_name64(const opal_process_name_t *name)
+{
+    return ((uint64_t) name->jobid << 32) | (uint64_t) name->vpid;
+}
+
+/* Completion callbacks, called by the Rust library with its lock released. */
+
+static void cb_recv_complete(RustofiReqHead *head, int32_t src, int32_t tag, size_t bytes,
+                             int status)
+{
+    mca_mtl_request_t *req = (mca_mtl_request_t *) head;
+    ompi_status_public_t *st = &req->ompi_req->req_status;
+    st->MPI_SOURCE = src;
+    st->MPI_TAG = tag;
+    st->_ucount = bytes;
+    st->MPI_ERROR = STATUS_OK == status ? OMPI_SUCCESS
+                  : STATUS_TRUNCATED == status ? MPI_ERR_TRUNCATE : MPI_ERR_OTHER;
+    if (head->free_after) {
+        if (bytes > 0) {
+            /* unpacks into the user's datatype and frees the buffer */
+            ompi_mtl_datatype_unpack((struct opal_convertor_t *) head->convertor, head->buffer,
+                                     bytes);
+        } else {
+            free(head->buffer);
+        }
+        head->buffer = NULL;
+        head->free_after = false;
+    }
+    req->completion_callback(req);
+}
+
+/* A blocking send on the caller's stack: its completion flips `done`. */
+typedef struct {
+    union {
+        RustofiReqHead head;
+        char storage[512];
+    } u;
+    volatile int done;
+    int error;
+} rustofi_blocking_t;
+
+static void cb_send_complete(RustofiReqHead *head, int status)
+{
+    mca_mtl_request_t *req = (mca_mtl_request_t *) head;
+    int err = STATUS_OK == status ? OMPI_SUCCESS : MPI_ERR_OTHER;
+    if (head->free_after) {
+        free(head->buffer);
+        head->buffer = NULL;
+        head->free_after = false;
+    }
+    if (NULL != req->ompi_req) {
+        req->ompi_req->req_status.MPI_ERROR = err;
+    } else {
+        ((rustofi_blocking_t *) head)->error = err;
+    }
+    req->completion_callback(req);
+}
+
+static void cb_cancel_complete(RustofiReqHead *head)
+{
+    mca_mtl_request_t *req = (mca_mtl_request_t *) head;
+    if (head->free_after) {
+        free(head->buffer);
+        head->buffer = NULL;
+        head->free_after = false;
+    }
+    req->ompi_req->req_status._cancelled = true;
+    req->ompi_req->req_status.MPI_ERROR = OMPI_SUCCESS;
+    req->completion_callback(req);
+}
+
+static int rustofi_progress_cb(void)
+{
+    int n = rustofi_progress();
+    return n > 0 ? n : 0;
+}
+
+static mca_mtl_base_module_t *rustofi_component_init(bool enable_progress_threads,
+                                                     bool enable_mpi_threads)
+{
+    RustofiConfig cfg = {
+        .provider_include = param_include,
+        .include_set = var_is_set(idx_include),
+        .provider_exclude = param_exclude,
+        .exclude_set = var_is_set(idx_exclude),
+        .eager_limit = param_eager_limit,
+        .rndv_protocol = param_rndv_protocol,
+        .rndv_chunk_size = param_rndv_chunk,
+        .rx_buffers = param_rx_buffers,
+        .verbose = param_verbose,
+        .fault_inject = param_fault_inject,
+        .named = rustofi_named(),
+        .my_name = proc_name64(OMPI_PROC_MY_NAME),
+        .rank = (int64_t) OMPI_PROC_MY_NAME->vpid,
+    };
+    RustofiCallbacks cb = {
+        .recv_complete = cb_recv_complete,
+        .send_complete = cb_send_complete,
+        .cancel_complete = cb_cancel_complete,
+    };
+    if (sizeof(mca_mtl_request_t) + rustofi_request_extra() > sizeof(((rustofi_blocking_t *) 0)->u)) {
+        opal_output(0, "mtl_rustofi: request layout larger than the blocking-send buffer");
+        return NULL;
+    }
+    if (0 != rustofi_init(&cfg, &cb)) {
+        return NULL;
+    }
+
+    uint8_t name[1024];
+    size_t len = sizeof(name);
+    int ret;
+    if (0 != rustofi_endpoint_name(name, &len)) {
+        rustofi_finalize();
+        return NULL;
+    }
+    OPAL_MODEX_SEND(ret, OPAL_PMIX_GLOBAL, &mca_mtl_rustofi_component.mtl_version, name, len);
+    if (OMPI_SUCCESS != ret) {
+        opal_output(0, "mtl_rustofi: could not publish the endpoint name (modex): %d", ret);
+        rustofi_finalize();
+        return NULL;
+    }
+    rustofi_module.mtl_request_size = rustofi_request_extra();
+    opal_progress_register(rustofi_progress_cb);
+    return &rustofi_module;
+}
+
+static int rustofi_mtl_finalize(struct mca_mtl_base_module_t *mtl)
+{
+    opal_progress_unregister(rustofi_progress_cb);
+    return 0 == rustofi_finalize() ? OMPI_SUCCESS : OMPI_ERROR;
+}
+
+/* ------------------------------------------------------------------ */
+/* Peers                                                               */
+
+static int rustofi_add_procs(struct mca_mtl_base_module_t *mtl, size_t nprocs,
+                             struct ompi_proc_t **procs)
+{
+    for (size_t i = 0; i < nprocs; i++) {
+        if (NULL != procs[i]->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL]) {
+            continue;
+        }
+        uint8_t *addr = NULL;
+        size_t size = 0;
+        int ret;
+        OPAL_MODEX_RECV(ret, &mca_mtl_rustofi_component.mtl_version, &procs[i]->super.proc_name,
+                        (void **) &addr, &size);
+        if (OMPI_SUCCESS != ret || NULL == addr) {
+            opal_output(0,
+                        "mtl_rustofi: process %u has published no rustofi address (is the "
+                        "component disabled there?)",
+                        procs[i]->super.proc_name.vpid);
+            return OMPI_ERR_UNREACH;
+        }
+        size_t handle = rustofi_add_peer(proc_name64(&procs[i]->super.proc_name), addr, size);
+        free(addr);
+        if (0 == handle) {
+            return OMPI_ERR_UNREACH;
+        }
+        procs[i]->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL] = (void *) handle;
+    }
+    return OMPI_SUCCESS;
+}
+
+static int rustofi_del_procs(struct mca_mtl_base_module_t *mtl, size_t nprocs,
+                             struct ompi_proc_t **procs)
+{
+    for (size_t i = 0; i < nprocs; i++) {
+        procs[i]->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL] = NULL;
+    }
+    return OMPI_SUCCESS;
+}
+
+static size_t peer_of(struct ompi_communicator_t *comm, int rank)
+{
+    ompi_proc_t *proc = ompi_comm_peer_lookup(comm, rank);
+    if (OPAL_UNLIKELY(NULL == proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL])) {
+        if (OMPI_SUCCESS != rustofi_add_procs(&rustofi_module, 1, &proc)) {
+            return 0;
+        }
+    }
+    return (size_t) proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
+}
+
+static int rustofi_add_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm)
+{
+    return OMPI_SUCCESS;
+}
+
+static int rustofi_del_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm)
+{
+    return OMPI_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* Point to point                                                      */
+
+static int start_send(struct ompi_communicator_t *comm, int dest, int tag,
+                      struct opal_convertor_t *convertor, mca_pml_base_send_mode_t mode,
+                      RustofiReqHead *head)
+{
+    void *start = NULL;
+    size_t length = 0;
+    bool free_after = false;
+    size_t peer = peer_of(comm, dest);
+    if (0 == peer) {
+        return OMPI_ERR_UNREACH;
+    }
+    int ret = ompi_mtl_datatype_pack(convertor, &start, &length, &free_after);
+    if (OMPI_SUCCESS != ret) {
+        return ret;
+    }
+    head->convertor = convertor;
+    head->buffer = free_after ? start : NULL;
+    head->length = length;
+    head->free_after = free_after;
+    if (0 != rustofi_isend(peer, comm->c_contextid, comm->c_my_rank, tag, start, length,
+                           MCA_PML_BASE_SEND_SYNCHRONOUS == mode, head)) {
+        if (free_after) {
+            free(start);
+        }
+        return OMPI_ERROR;
+    }
+    return OMPI_SUCCESS;
+}
+
+static int rustofi_mtl_isend(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm,
+                             int dest, int tag, struct opal_convertor_t *convertor,
+                             mca_pml_base_send_mode_t mode, bool blocking,
+                             mca_mtl_request_t *mtl_request)
+{
+    return start_send(comm, dest, tag, convertor, mode, (RustofiReqHead *) mtl_request);
+}
+
+static void blocking_done(struct mca_mtl_request_t *req)
+{
+    ((rustofi_blocking_t *) req)->done = 1;
+}
+
+static int rustofi_send(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm,
+                        int dest, int tag, struct opal_convertor_t *convertor,
+                        mca_pml_base_send_mode_t mode)
+{
+    rustofi_blocking_t b;
+    b.u.head.mtl.ompi_req = NULL;
+    b.u.head.mtl.completion_callback = (void (*)(MtlRequest *)) blocking_done;
+    b.done = 0;
+    b.error = OMPI_SUCCESS;
+    int ret = start_send(comm, dest, tag, convertor, mode, &b.u.head);
+    if (OMPI_SUCCESS != ret) {
+        return ret;
+    }
+    while (!b.done) {
+        opal_progress();
+    }
+    return b.error;
+}
+
+static int rustofi_mtl_irecv(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm,
+                             int src, int tag, struct opal_convertor_t *convertor,
+                             mca_mtl_request_t *mtl_request)
+{
+    RustofiReqHead *head = (RustofiReqHead *) mtl_request;
+    void *start = NULL;
+    size_t length = 0;
+    bool free_after = false;
+    int ret = ompi_mtl_datatype_recv_buf(convertor, &start, &length, &free_after);
+    if (OMPI_SUCCESS != ret) {
+        return ret;
+    }
+    head->convertor = convertor;
+    head->buffer = start;
+    head->length = length;
+    head->free_after = free_after;
+    if (0 != rustofi_irecv(comm->c_contextid, src, tag, start, length, head)) {
+        if (free_after) {
+            free(start);
+        }
+        return OMPI_ERROR;
+    }
+    return OMPI_SUCCESS;
+}
+
+static void fill_status(ompi_status_public_t *status, const RustofiStatus *st)
+{
+    if (MPI_STATUS_IGNORE != status && NULL != status) {
+        status->MPI_SOURCE = st->source;
+        status->MPI_TAG = st->tag;
+        status->MPI_ERROR = OMPI_SUCCESS;
+        status->_ucount = st->count;
+    }
+}
+
+static int rustofi_mtl_iprobe(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm,
+                              int src, int tag, int *flag, struct ompi_status_public_t *status)
+{
+    RustofiStatus st;
+    if (0 != rustofi_iprobe(comm->c_contextid, src, tag, flag, &st)) {
+        return OMPI_ERROR;
+    }
+    if (*flag) {
+        fill_status(status, &st);
+    }
+    return OMPI_SUCCESS;
+}
+
+static int rustofi_mtl_improbe(struct mca_mtl_base_module_t *mtl,
+                               struct ompi_communicator_t *comm, int src, int tag, int *matched,
+                               struct ompi_message_t **message,
+                               struct ompi_status_public_t *status)
+{
+    RustofiStatus st;
+    void *handle = NULL;
+    if (0 != rustofi_improbe(comm->c_contextid, src, tag, matched, &st, &handle)) {
+        return OMPI_ERROR;
+    }
+    if (!*matched) {
+        *message = MPI_MESSAGE_NULL;
+        return OMPI_SUCCESS;
+    }
+    fill_status(status, &st);
+    *message = ompi_message_alloc();
+    if (NULL == *message) {
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
+    (*message)->comm = comm;
+    (*message)->req_ptr = handle;
+    (*message)->peer = st.source;
+    (*message)->count = st.count;
+    return OMPI_SUCCESS;
+}
+
+static int rustofi_mtl_imrecv(struct mca_mtl_base_module_t *mtl,
+                              struct opal_convertor_t *convertor,
+                              struct ompi_message_t **message, mca_mtl_request_t *mtl_request)
+{
+    RustofiReqHead *head = (RustofiReqHead *) mtl_request;
+    void *handle = (*message)->req_ptr;
+    void *start = NULL;
+    size_t length = 0;
+    bool free_after = false;
+    int ret = ompi_mtl_datatype_recv_buf(convertor, &start, &length, &free_after);
+    if (OMPI_SUCCESS != ret) {
+        return ret;
+    }
+    head->convertor = convertor;
+    head->buffer = start;
+    head->length = length;
+    head->free_after = free_after;
+    ompi_message_return(*message);
+    *message = MPI_MESSAGE_NULL;
+    if (0 != rustofi_imrecv(handle, start, length, head)) {
+        if (free_after) {
+            free(start);
+        }
+        return OMPI_ERROR;
+    }
+    return OMPI_SUCCESS;
+}
+
+static int rustofi_mtl_cancel(struct mca_mtl_base_module_t *mtl, mca_mtl_request_t *mtl_request,
+                              int flag)
+{
+    /* Receives still queued are cancelled (the callback marks them);
+     * matched receives and sends complete normally. */
+    return rustofi_cancel((RustofiReqHead *) mtl_request) < 0 ? OMPI_ERROR : OMPI_SUCCESS;
+}

@@ -1,0 +1,354 @@
+//! Configuration: validation of the MCA parameters and provider selection.
+//! Pure logic, unit-tested without libfabric or MPI.
+
+/// How a rendezvous moves the payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RndvProtocol {
+    /// RMA read where the provider offers FI_RMA, else send.
+    Auto,
+    /// Receiver reads the sender's buffer with fi_read.
+    Read,
+    /// Receiver grants a tag, sender sends the data with fi_tsend.
+    Send,
+}
+
+/// A fault the test suite can inject (MCA `fault_inject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    /// Corrupt the RMA key of the next read rendezvous: the provider reports
+    /// a completion-queue error on the read.
+    RmaKey,
+    /// Emit one malformed packet ahead of the next eager send.
+    BadPacket,
+}
+
+/// Validated settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+    pub eager_limit: usize,
+    pub rndv: RndvProtocol,
+    pub chunk: usize,
+    pub rx_buffers: usize,
+    pub verbose: i32,
+    pub fault: Fault,
+    /// The user named this component (`--mca mtl rustofi`) or set its
+    /// provider list: software providers may then be used.
+    pub explicit: bool,
+}
+
+/// Providers that only emulate a fabric in software. mtl/ofi excludes them
+/// by default; so do we, unless the user asked for this component.
+pub const SOFTWARE_PROVIDERS: &[&str] = &["shm", "sockets", "tcp", "udp", "rstream", "net"];
+
+/// Raw parameter values as Open MPI hands them over.
+#[derive(Clone, Debug, Default)]
+pub struct RawParams<'a> {
+    pub include: Option<&'a str>,
+    /// The include parameter was set by the user (even to an empty string).
+    pub include_set: bool,
+    pub exclude: Option<&'a str>,
+    pub exclude_set: bool,
+    pub eager_limit: i64,
+    pub rndv_protocol: Option<&'a str>,
+    pub chunk: i64,
+    pub rx_buffers: i64,
+    pub verbose: i64,
+    pub fault_inject: Option<&'a str>,
+    pub named: bool,
+}
+
+pub const MAX_EAGER: i64 = 1 << 20;
+
+fn split_list(s: Option<&str>) -> Vec<String> {
+    s.unwrap_or("")
+        .split(',')
+        .map(|x| x.trim().to_ascii_lowercase())
+        .filter(|x| !x.is_empty())
+        .collect()
+}
+
+/// Checks every parameter; the error text names the offending parameter.
+pub fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
+    let include = split_list(p.include);
+    let exclude = split_list(p.exclude);
+    if p.include_set && include.is_empty() {
+        return Err(
+            "mtl_rustofi_provider_include is set but empty: name at least one provider \
+             (e.g. tcp, udp, shm, sockets, efa)"
+                .into(),
+        );
+    }
+    if !include.is_empty() && p.exclude_set && !exclude.is_empty() {
+        return Err(
+            "mtl_rustofi_provider_include and mtl_rustofi_provider_exclude are both set: \
+             use only one of them"
+                .into(),
+        );
+    }
+    if !(0..=MAX_EAGER).contains(&p.eager_limit) {
+        return Err(format!(
+            "mtl_rustofi_eager_limit = {} is invalid: it must be between 0 and {} bytes",
+            p.eager_limit, MAX_EAGER
+        ));
+    }
+    let rndv = match p.rndv_protocol.unwrap_or("auto").trim() {
+        "" | "auto" => RndvProtocol::Auto,
+        "read" => RndvProtocol::Read,
+        "send" => RndvProtocol::Send,
+        other => {
+            return Err(format!(
+                "mtl_rustofi_rndv_protocol = '{other}' is invalid: use auto, read or send"
+            ))
+        }
+    };
+    if p.chunk < 4096 || p.chunk > (1i64 << 40) {
+        return Err(format!(
+            "mtl_rustofi_rndv_chunk_size = {} is invalid: it must be at least 4096 bytes",
+            p.chunk
+        ));
+    }
+    if !(8..=65536).contains(&p.rx_buffers) {
+        return Err(format!(
+            "mtl_rustofi_rx_buffers = {} is invalid: it must be between 8 and 65536",
+            p.rx_buffers
+        ));
+    }
+    if p.verbose < 0 {
+        return Err(format!(
+            "mtl_rustofi_verbose = {} is invalid: it must be 0 or more",
+            p.verbose
+        ));
+    }
+    let fault = match p.fault_inject.unwrap_or("").trim() {
+        "" | "none" => Fault::None,
+        "rma_key" => Fault::RmaKey,
+        "bad_packet" => Fault::BadPacket,
+        other => {
+            return Err(format!(
+                "mtl_rustofi_fault_inject = '{other}' is invalid: use none, rma_key or bad_packet"
+            ))
+        }
+    };
+    Ok(Settings {
+        include,
+        exclude,
+        eager_limit: p.eager_limit as usize,
+        rndv,
+        chunk: p.chunk as usize,
+        rx_buffers: p.rx_buffers as usize,
+        verbose: p.verbose as i32,
+        fault,
+        explicit: p.named || p.include_set,
+    })
+}
+
+/// Whether a user-supplied provider name designates `prov` (a libfabric
+/// `prov_name` such as `tcp;ofi_rxm`): it matches the whole name or any of
+/// its `;`-separated layers, case-insensitively.
+pub fn name_matches(item: &str, prov: &str) -> bool {
+    let prov = prov.to_ascii_lowercase();
+    prov == item || prov.split(';').any(|layer| layer == item)
+}
+
+fn rank(prov: &str) -> usize {
+    let p = prov.to_ascii_lowercase();
+    if name_matches("efa", &p) {
+        0
+    } else if !SOFTWARE_PROVIDERS.iter().any(|s| name_matches(s, &p)) {
+        1
+    } else if name_matches("tcp", &p) {
+        2
+    } else if name_matches("udp", &p) {
+        3
+    } else if name_matches("sockets", &p) {
+        4
+    } else {
+        5
+    }
+}
+
+/// Picks the index of the provider to use among `candidates` (libfabric
+/// provider names in fi_getinfo order).
+pub fn select_provider(candidates: &[String], s: &Settings) -> Result<usize, String> {
+    let available = || {
+        let mut names: Vec<&str> = candidates.iter().map(|c| c.as_str()).collect();
+        names.dedup();
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    };
+    if !s.include.is_empty() {
+        for item in &s.include {
+            if !candidates.iter().any(|c| name_matches(item, c)) {
+                return Err(format!(
+                    "mtl_rustofi_provider_include names '{item}', which is not a usable \
+                     libfabric provider here (usable: {})",
+                    available()
+                ));
+            }
+        }
+        // The first include item wins; within it, libfabric's order.
+        let item = &s.include[0];
+        return Ok(candidates
+            .iter()
+            .position(|c| name_matches(item, c))
+            .expect("checked above"));
+    }
+    let default_exclude: Vec<String> = if s.explicit || !s.exclude.is_empty() {
+        Vec::new()
+    } else {
+        SOFTWARE_PROVIDERS.iter().map(|x| x.to_string()).collect()
+    };
+    let excluded = |c: &str| {
+        s.exclude
+            .iter()
+            .chain(default_exclude.iter())
+            .any(|e| name_matches(e, c))
+    };
+    candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| !excluded(c))
+        .min_by_key(|(i, c)| (rank(c), *i))
+        .map(|(i, _)| i)
+        .ok_or_else(|| {
+            if s.explicit || !s.exclude.is_empty() {
+                format!(
+                    "no libfabric provider is left after mtl_rustofi_provider_exclude (usable: {})",
+                    available()
+                )
+            } else {
+                format!(
+                    "no hardware libfabric provider found (usable: {}); name the component \
+                     (--mca mtl rustofi) or set mtl_rustofi_provider_include to use a software one",
+                    available()
+                )
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> RawParams<'static> {
+        RawParams {
+            eager_limit: 8192,
+            chunk: 1 << 26,
+            rx_buffers: 256,
+            ..Default::default()
+        }
+    }
+
+    fn cands() -> Vec<String> {
+        ["tcp;ofi_rxm", "udp;ofi_rxd", "shm", "sockets"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn include_selects_by_layer_name() {
+        let mut p = raw();
+        p.include = Some("udp");
+        p.include_set = true;
+        let s = validate(&p).unwrap();
+        assert!(s.explicit);
+        assert_eq!(select_provider(&cands(), &s), Ok(1));
+        p.include = Some("SHM, tcp");
+        let s = validate(&p).unwrap();
+        assert_eq!(select_provider(&cands(), &s), Ok(2));
+        p.include = Some("ofi_rxm");
+        let s = validate(&p).unwrap();
+        assert_eq!(select_provider(&cands(), &s), Ok(0));
+    }
+
+    #[test]
+    fn unknown_provider_is_a_clear_error() {
+        let mut p = raw();
+        p.include = Some("nosuchprov");
+        p.include_set = true;
+        let s = validate(&p).unwrap();
+        let e = select_provider(&cands(), &s).unwrap_err();
+        assert!(e.contains("mtl_rustofi_provider_include"), "{e}");
+        assert!(e.contains("nosuchprov"), "{e}");
+        assert!(e.contains("tcp;ofi_rxm"), "{e}");
+    }
+
+    #[test]
+    fn empty_include_and_both_lists_are_rejected() {
+        let mut p = raw();
+        p.include = Some("");
+        p.include_set = true;
+        assert!(validate(&p).unwrap_err().contains("mtl_rustofi_provider_include"));
+        let mut p = raw();
+        p.include = Some("tcp");
+        p.include_set = true;
+        p.exclude = Some("udp");
+        p.exclude_set = true;
+        let e = validate(&p).unwrap_err();
+        assert!(e.contains("mtl_rustofi_provider_include") && e.contains("mtl_rustofi_provider_exclude"));
+    }
+
+    #[test]
+    fn numeric_values_are_range_checked() {
+        for (f, name) in [
+            (Box::new(|p: &mut RawParams| p.eager_limit = -5) as Box<dyn Fn(&mut RawParams)>, "eager_limit"),
+            (Box::new(|p: &mut RawParams| p.eager_limit = MAX_EAGER + 1), "eager_limit"),
+            (Box::new(|p: &mut RawParams| p.chunk = 100), "rndv_chunk_size"),
+            (Box::new(|p: &mut RawParams| p.rx_buffers = 0), "rx_buffers"),
+            (Box::new(|p: &mut RawParams| p.verbose = -1), "verbose"),
+            (Box::new(|p: &mut RawParams| p.rndv_protocol = Some("fast")), "rndv_protocol"),
+            (Box::new(|p: &mut RawParams| p.fault_inject = Some("x")), "fault_inject"),
+        ] {
+            let mut p = raw();
+            f(&mut p);
+            let e = validate(&p).unwrap_err();
+            assert!(e.contains(&format!("mtl_rustofi_{name}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn software_providers_only_when_named() {
+        let s = validate(&raw()).unwrap();
+        assert!(!s.explicit);
+        let e = select_provider(&cands(), &s).unwrap_err();
+        assert!(e.contains("no hardware"), "{e}");
+        let mut p = raw();
+        p.named = true;
+        let s = validate(&p).unwrap();
+        assert_eq!(select_provider(&cands(), &s), Ok(0), "tcp preferred");
+    }
+
+    #[test]
+    fn efa_preferred_and_competes_by_default() {
+        let mut c = cands();
+        c.push("efa".into());
+        let s = validate(&raw()).unwrap();
+        assert_eq!(select_provider(&c, &s), Ok(4));
+        let mut p = raw();
+        p.named = true;
+        let s = validate(&p).unwrap();
+        assert_eq!(select_provider(&c, &s), Ok(4));
+    }
+
+    #[test]
+    fn exclude_filters() {
+        let mut p = raw();
+        p.named = true;
+        p.exclude = Some("tcp,udp");
+        p.exclude_set = true;
+        let s = validate(&p).unwrap();
+        assert_eq!(select_provider(&cands(), &s), Ok(3), "sockets next");
+        p.exclude = Some("tcp,udp,sockets,shm");
+        let s = validate(&p).unwrap();
+        assert!(select_provider(&cands(), &s)
+            .unwrap_err()
+            .contains("mtl_rustofi_provider_exclude"));
+    }
+}

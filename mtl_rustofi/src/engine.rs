@@ -1,0 +1,1561 @@
+//! The protocol engine: peers, bounce buffers, eager and rendezvous
+//! protocols, per-peer ordering, tag matching and progress.
+//!
+//! Concurrency: all mutable state lives in one [`State`] behind a mutex,
+//! and every libfabric call on the endpoint is made while holding it (the
+//! domain is opened with FI_THREAD_DOMAIN). User-visible completions are
+//! collected while the lock is held and delivered by the caller after it
+//! is released, so a completion callback may call back into the MTL.
+
+use crate::config::{Fault, RndvProtocol, Settings};
+use crate::fabric::{
+    AddressVector, CompletionQueue, CqEntry, Domain, Endpoint, Fabric, FiError, Info, InfoList,
+    MemoryRegion,
+};
+use crate::matching::{Envelope, Matcher, PostId, Selector};
+use crate::order::Reorder;
+use crate::request::{ReqPtr, NO_POST};
+use crate::sys;
+use crate::wire::{self, Header, Kind};
+use hashbrown::HashMap;
+use std::collections::VecDeque;
+use std::os::raw::c_void;
+use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Outcome of a request, as reported to the shim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum Status {
+    Ok = 0,
+    Truncated = 1,
+    Failed = 2,
+}
+
+/// A request completion to deliver once the engine lock is released.
+#[derive(Debug)]
+pub enum Completion {
+    Recv {
+        req: ReqPtr,
+        src: i32,
+        tag: i32,
+        /// Bytes written into the receive buffer.
+        bytes: usize,
+        status: Status,
+    },
+    Send {
+        req: ReqPtr,
+        status: Status,
+    },
+    Cancelled {
+        req: ReqPtr,
+    },
+}
+
+/// What a probe reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeInfo {
+    pub src: i32,
+    pub tag: i32,
+    pub len: u64,
+}
+
+/// Counters printed at finalize with `verbose >= 1`.
+#[derive(Default)]
+pub struct Stats {
+    pub sent_msgs: AtomicU64,
+    pub sent_bytes: AtomicU64,
+    pub recv_msgs: AtomicU64,
+    pub recv_bytes: AtomicU64,
+    pub eager: AtomicU64,
+    pub rndv: AtomicU64,
+    pub unexpected: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+/// Provider capabilities the engine specialises on.
+#[derive(Clone, Copy, Debug)]
+pub struct Caps {
+    pub rma: bool,
+    pub mr_local: bool,
+    pub mr_virt_addr: bool,
+    pub mr_prov_key: bool,
+    pub mr_endpoint: bool,
+    pub max_msg: usize,
+}
+
+/// Every operation posted to libfabric carries one of these as its
+/// context. It is the first field of its (repr(C)) container, so the
+/// context pointer returned in a completion leads back to the container.
+#[repr(C)]
+struct OpCtx {
+    fi: sys::fi_context2,
+    kind: OpKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpKind {
+    Rx,
+    Tx,
+    Chunk,
+}
+
+/// A posted receive bounce buffer.
+#[repr(C)]
+struct RxBuf {
+    ctx: OpCtx,
+    mem: Box<[u8]>,
+    mr: Option<MemoryRegion>,
+}
+
+/// A transmit bounce buffer: header plus eager payload.
+#[repr(C)]
+struct TxBuf {
+    ctx: OpCtx,
+    mem: Box<[u8]>,
+    mr: Option<MemoryRegion>,
+    /// What to do when this send fails.
+    on_error: TxFollowUp,
+    /// Destination and length of the pending post (for retries).
+    dest: u64,
+    len: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum TxFollowUp {
+    None,
+    /// A synchronous eager send waiting for its ack.
+    Sync(u64),
+    /// A rendezvous send waiting for FIN/CTS.
+    RndvSend(u64),
+}
+
+/// One chunk of a rendezvous data transfer (RMA read, tagged send or
+/// tagged receive).
+#[repr(C)]
+struct ChunkOp {
+    ctx: OpCtx,
+    /// Key of the rendezvous in `rndv_recv` or `rndv_send`.
+    id: u64,
+    recv_side: bool,
+    op: ChunkKind,
+    local: *mut u8,
+    len: usize,
+    offset: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ChunkKind {
+    Read,
+    TSend,
+    TRecv,
+}
+
+/// An operation waiting for transmit resources.
+enum Retry {
+    Tx(*mut TxBuf),
+    Chunk(*mut ChunkOp),
+}
+
+/// Unexpected-queue entry.
+enum Unexpected {
+    Eager {
+        peer: usize,
+        data: Vec<u8>,
+        sync: Option<u64>,
+    },
+    Rts {
+        peer: usize,
+        hdr: Header,
+    },
+}
+
+impl Unexpected {
+    fn len(&self) -> u64 {
+        match self {
+            Unexpected::Eager { data, .. } => data.len() as u64,
+            Unexpected::Rts { hdr, .. } => hdr.len,
+        }
+    }
+}
+
+/// A matched message that arrived before its predecessors (held by the
+/// per-peer reorder buffer).
+struct Held {
+    hdr: Header,
+    data: Vec<u8>,
+}
+
+struct Peer {
+    addr: u64,
+    tx_seq: u32,
+    order: Reorder<Held>,
+}
+
+/// Sender side of a rendezvous.
+struct SendRndv {
+    req: ReqPtr,
+    buf: *const u8,
+    len: usize,
+    peer: usize,
+    mr: Option<MemoryRegion>,
+    outstanding: usize,
+    failed: bool,
+}
+
+/// Receiver side of a rendezvous.
+struct RecvRndv {
+    req: ReqPtr,
+    peer: usize,
+    src: i32,
+    tag: i32,
+    /// Sender's cookie, echoed in CTS/FIN.
+    cookie: u64,
+    /// Bytes to move (the message, clipped to the receive buffer).
+    want: usize,
+    truncated: bool,
+    read: bool,
+    remote_addr: u64,
+    key: u64,
+    next_off: usize,
+    outstanding: usize,
+    failed: bool,
+    mr: Option<MemoryRegion>,
+}
+
+/// Most reads in flight per rendezvous.
+const READS_IN_FLIGHT: usize = 8;
+/// Tagged-data tags are `rndv id << CHUNK_BITS | chunk index`.
+const CHUNK_BITS: u32 = 20;
+const RNDV_ID_MASK: u64 = (1 << 28) - 1;
+
+struct State {
+    matcher: Matcher<ReqPtr, Unexpected>,
+    peers: Vec<Peer>,
+    by_name: HashMap<u64, usize>,
+    rx: Vec<Box<RxBuf>>,
+    tx_free: Vec<Box<TxBuf>>,
+    tx_total: usize,
+    retry: VecDeque<Retry>,
+    sync_wait: HashMap<u64, ReqPtr>,
+    rndv_send: HashMap<u64, SendRndv>,
+    rndv_recv: HashMap<u64, RecvRndv>,
+    next_cookie: u64,
+    fault: Fault,
+    next_key: u64,
+    /// Completions drained by a caller that cannot deliver them itself.
+    scratch: Vec<CqEntry>,
+}
+
+// SAFETY: State holds raw pointers to request objects and registered
+// buffers; they are only dereferenced while the engine mutex is held, and
+// the objects they point to outlive the operations (MPI semantics for
+// user buffers and requests, ownership for our own buffers).
+unsafe impl Send for State {}
+
+/// Fatal engine errors reported to the shim.
+#[derive(Debug)]
+pub struct EngineError(pub String);
+
+impl From<FiError> for EngineError {
+    fn from(e: FiError) -> Self {
+        EngineError(e.to_string())
+    }
+}
+
+pub struct Engine {
+    state: Mutex<State>,
+    ep: Option<Endpoint>,
+    cq: Arc<CompletionQueue>,
+    av: Arc<AddressVector>,
+    domain: Arc<Domain>,
+    _fabric: Arc<Fabric>,
+    _info: InfoList,
+    pub provider: String,
+    pub caps: Caps,
+    pub settings: Settings,
+    pub stats: Stats,
+    my_name: u64,
+    buf_size: usize,
+    rndv_read: bool,
+    chunk: usize,
+}
+
+fn fi_ok(ret: isize) -> Result<(), isize> {
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(ret)
+    }
+}
+
+const EAGAIN: isize = -(sys::FI_EAGAIN as isize);
+
+impl Engine {
+    /// Opens the provider chosen by `select` among `list`.
+    pub fn open(
+        list: InfoList,
+        index: usize,
+        settings: Settings,
+        my_name: u64,
+    ) -> Result<Engine, EngineError> {
+        let info: Info<'_> = list
+            .iter()
+            .nth(index)
+            .ok_or_else(|| EngineError("provider index out of range".into()))?;
+        let one = InfoList::dup_one(info)?;
+        let info = one.first().expect("dup_one returns one entry");
+        let provider = info.provider();
+        let mr_mode = info.mr_mode();
+        let caps = Caps {
+            rma: info.caps() & (sys::FI_RMA as u64) != 0,
+            mr_local: mr_mode & sys::FI_MR_LOCAL != 0,
+            mr_virt_addr: mr_mode & sys::FI_MR_VIRT_ADDR != 0,
+            mr_prov_key: mr_mode & sys::FI_MR_PROV_KEY != 0,
+            mr_endpoint: mr_mode & sys::FI_MR_ENDPOINT != 0,
+            max_msg: info.max_msg_size().max(4096),
+        };
+        let buf_size = wire::BASE_LEN + settings.eager_limit.max(wire::EXT_LEN - wire::BASE_LEN);
+        if buf_size > caps.max_msg {
+            return Err(EngineError(format!(
+                "mtl_rustofi_eager_limit = {} exceeds what provider {provider} can send in one \
+                 message ({} bytes with the header)",
+                settings.eager_limit, caps.max_msg
+            )));
+        }
+        let rndv_read = match settings.rndv {
+            RndvProtocol::Auto => caps.rma,
+            RndvProtocol::Read if !caps.rma => {
+                return Err(EngineError(format!(
+                    "mtl_rustofi_rndv_protocol = read, but provider {provider} has no FI_RMA"
+                )))
+            }
+            RndvProtocol::Read => true,
+            RndvProtocol::Send => false,
+        };
+        let chunk = settings.chunk.min(caps.max_msg);
+        let fabric = Fabric::open(info)?;
+        let domain = Domain::open(&fabric, info)?;
+        let cq_size = (info.rx_size() + info.tx_size()).clamp(1024, 65536);
+        let cq = CompletionQueue::open(&domain, cq_size)?;
+        let av = AddressVector::open(&domain)?;
+        let ep = Endpoint::open(&domain, info, &cq, &av)?;
+        let rx_count = settings.rx_buffers.min(info.rx_size().max(8));
+        let fault = settings.fault;
+        let mut engine = Engine {
+            state: Mutex::new(State {
+                matcher: Matcher::new(),
+                peers: Vec::new(),
+                by_name: HashMap::new(),
+                rx: Vec::new(),
+                tx_free: Vec::new(),
+                tx_total: 0,
+                retry: VecDeque::new(),
+                sync_wait: HashMap::new(),
+                rndv_send: HashMap::new(),
+                rndv_recv: HashMap::new(),
+                next_cookie: 1,
+                fault,
+                next_key: 1,
+                scratch: vec![CqEntry::default(); 64],
+            }),
+            ep: Some(ep),
+            cq,
+            av,
+            domain,
+            _fabric: fabric,
+            _info: one,
+            provider,
+            caps,
+            settings,
+            stats: Stats::default(),
+            my_name,
+            buf_size,
+            rndv_read,
+            chunk,
+        };
+        engine.post_rx_buffers(rx_count)?;
+        Ok(engine)
+    }
+
+    fn ep(&self) -> &Endpoint {
+        self.ep.as_ref().expect("endpoint open until drop")
+    }
+
+    fn register(
+        &self,
+        st: &mut State,
+        addr: *const u8,
+        len: usize,
+        access: u64,
+    ) -> Result<MemoryRegion, FiError> {
+        let key = if self.caps.mr_prov_key {
+            0
+        } else {
+            st.next_key += 1;
+            st.next_key
+        };
+        let bind = if self.caps.mr_endpoint {
+            Some(self.ep())
+        } else {
+            None
+        };
+        // SAFETY: every caller keeps the memory alive until the region is
+        // dropped (bounce buffers own both; rendezvous state drops the MR
+        // before completing the request that owns the user buffer).
+        unsafe { MemoryRegion::register(&self.domain, addr, len.max(1), access, key, bind) }
+    }
+
+    fn post_rx_buffers(&mut self, count: usize) -> Result<(), EngineError> {
+        let mut st = self.state.lock().expect("fresh lock");
+        for _ in 0..count {
+            let mut rx = Box::new(RxBuf {
+                ctx: OpCtx {
+                    fi: Default::default(),
+                    kind: OpKind::Rx,
+                },
+                mem: vec![0u8; self.buf_size].into_boxed_slice(),
+                mr: None,
+            });
+            if self.caps.mr_local {
+                rx.mr = Some(self.register(
+                    &mut st,
+                    rx.mem.as_ptr(),
+                    rx.mem.len(),
+                    sys::FI_RECV as u64,
+                )?);
+            }
+            self.repost_rx(&mut rx).map_err(|r| {
+                EngineError(format!("fi_recv failed: {}", crate::fabric::strerror(-r as i32)))
+            })?;
+            st.rx.push(rx);
+        }
+        Ok(())
+    }
+
+    fn repost_rx(&self, rx: &mut RxBuf) -> Result<(), isize> {
+        let desc = rx.mr.as_ref().map_or(ptr::null_mut(), |m| m.desc());
+        loop {
+            // SAFETY: the buffer and its context live in a Box owned by the
+            // engine until after the endpoint is closed (Engine::drop).
+            let r = unsafe {
+                sys::fi_recv(
+                    self.ep().raw(),
+                    rx.mem.as_mut_ptr() as *mut c_void,
+                    rx.mem.len(),
+                    desc,
+                    u64::MAX,
+                    &mut rx.ctx as *mut OpCtx as *mut c_void,
+                )
+            };
+            if r != EAGAIN {
+                return fi_ok(r);
+            }
+            // Receive queue full: drive the provider until it takes it.
+            // SAFETY: a zero-length read just progresses the provider.
+            unsafe { sys::fi_cq_read(self.cq_raw(), ptr::null_mut(), 0) };
+        }
+    }
+
+    fn cq_raw(&self) -> *mut sys::fid_cq {
+        // The CQ wrapper keeps the raw handle private; reading zero entries
+        // through it is the same as progressing.
+        self.cq.raw_handle()
+    }
+
+    pub fn local_name(&self) -> Result<Vec<u8>, EngineError> {
+        Ok(self.ep().name()?)
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, State>, EngineError> {
+        self.state
+            .lock()
+            .map_err(|_| EngineError("engine state poisoned by an earlier panic".into()))
+    }
+
+    /// Adds (or finds) a peer by process name and endpoint address; returns
+    /// its handle (index + 1).
+    pub fn add_peer(&self, name: u64, addr: &[u8]) -> Result<usize, EngineError> {
+        let mut st = self.lock()?;
+        if let Some(&i) = st.by_name.get(&name) {
+            return Ok(i + 1);
+        }
+        let fi_addr = self.av.insert(addr)?;
+        let i = st.peers.len();
+        st.peers.push(Peer {
+            addr: fi_addr,
+            tx_seq: 0,
+            order: Reorder::new(),
+        });
+        st.by_name.insert(name, i);
+        Ok(i + 1)
+    }
+
+    pub fn peer_count(&self) -> usize {
+        self.lock().map(|s| s.peers.len()).unwrap_or(0)
+    }
+
+    // ------------------------------------------------------------------
+    // Sends
+
+    fn take_tx(&self, st: &mut State) -> Result<Box<TxBuf>, EngineError> {
+        if let Some(b) = st.tx_free.pop() {
+            return Ok(b);
+        }
+        let mut b = Box::new(TxBuf {
+            ctx: OpCtx {
+                fi: Default::default(),
+                kind: OpKind::Tx,
+            },
+            mem: vec![0u8; self.buf_size].into_boxed_slice(),
+            mr: None,
+            on_error: TxFollowUp::None,
+            dest: 0,
+            len: 0,
+        });
+        if self.caps.mr_local {
+            b.mr = Some(self.register(st, b.mem.as_ptr(), b.mem.len(), sys::FI_SEND as u64)?);
+        }
+        st.tx_total += 1;
+        Ok(b)
+    }
+
+    /// Posts a filled transmit buffer; on EAGAIN it is queued for retry.
+    fn post_tx(&self, st: &mut State, b: Box<TxBuf>) -> Result<(), EngineError> {
+        let raw = Box::into_raw(b);
+        if !st.retry.is_empty() {
+            st.retry.push_back(Retry::Tx(raw));
+            return Ok(());
+        }
+        match self.try_post_tx(raw) {
+            Ok(()) => Ok(()),
+            Err(EAGAIN) => {
+                st.retry.push_back(Retry::Tx(raw));
+                Ok(())
+            }
+            Err(r) => {
+                // SAFETY: the provider rejected the buffer, so we own it again.
+                let b = unsafe { Box::from_raw(raw) };
+                st.tx_free.push(b);
+                Err(EngineError(format!(
+                    "fi_send failed: {}",
+                    crate::fabric::strerror(-r as i32)
+                )))
+            }
+        }
+    }
+
+    fn try_post_tx(&self, raw: *mut TxBuf) -> Result<(), isize> {
+        // SAFETY: `raw` is a TxBuf we own (leaked Box) until its completion.
+        let b = unsafe { &mut *raw };
+        let desc = b.mr.as_ref().map_or(ptr::null_mut(), |m| m.desc());
+        // SAFETY: buffer and context stay alive until the completion hands
+        // the Box back to us.
+        fi_ok(unsafe {
+            sys::fi_send(
+                self.ep().raw(),
+                b.mem.as_ptr() as *const c_void,
+                b.len,
+                desc,
+                b.dest,
+                &mut b.ctx as *mut OpCtx as *mut c_void,
+            )
+        })
+    }
+
+    fn send_ctrl(&self, st: &mut State, peer: usize, hdr: &Header) -> Result<(), EngineError> {
+        let mut b = self.take_tx(st)?;
+        let n = hdr.encode(&mut b.mem);
+        b.len = n;
+        b.dest = st.peers[peer].addr;
+        b.on_error = TxFollowUp::None;
+        self.post_tx(st, b)
+    }
+
+    /// Starts a send. `sync` requests MPI_Ssend semantics.
+    #[allow(clippy::too_many_arguments)]
+    pub fn isend(
+        &self,
+        peer_handle: usize,
+        ctx: u32,
+        my_rank: i32,
+        tag: i32,
+        buf: *const u8,
+        len: usize,
+        sync: bool,
+        req: ReqPtr,
+        out: &mut Vec<Completion>,
+    ) -> Result<(), EngineError> {
+        let mut st = self.lock()?;
+        let peer = peer_handle
+            .checked_sub(1)
+            .filter(|&p| p < st.peers.len())
+            .ok_or_else(|| EngineError(format!("send to unknown peer handle {peer_handle}")))?;
+        // SAFETY: the shim passes a live request of our layout.
+        unsafe { req.init(buf as *mut u8, len) };
+        let seq = st.peers[peer].tx_seq;
+        let mut hdr = Header::new(Kind::Eager);
+        hdr.ctx = ctx;
+        hdr.src = my_rank;
+        hdr.tag = tag;
+        hdr.seq = seq;
+        hdr.sender = self.my_name;
+        hdr.len = len as u64;
+        self.stats.sent_msgs.fetch_add(1, Relaxed);
+        self.stats.sent_bytes.fetch_add(len as u64, Relaxed);
+        if len <= self.settings.eager_limit {
+            if st.fault == Fault::BadPacket {
+                st.fault = Fault::None;
+                let mut b = self.take_tx(&mut st)?;
+                let n = hdr.encode(&mut b.mem);
+                b.mem[0] = 0x00; // not our magic
+                b.len = n;
+                b.dest = st.peers[peer].addr;
+                b.on_error = TxFollowUp::None;
+                self.post_tx(&mut st, b)?;
+            }
+            let mut b = self.take_tx(&mut st)?;
+            if sync {
+                hdr.flags |= wire::FLAG_SYNC;
+                hdr.cookie = st.next_cookie;
+                st.next_cookie += 1;
+                b.on_error = TxFollowUp::Sync(hdr.cookie);
+            } else {
+                b.on_error = TxFollowUp::None;
+            }
+            let n = hdr.encode(&mut b.mem);
+            if len > 0 {
+                // SAFETY: the user buffer holds `len` readable bytes (MPI
+                // send semantics); the bounce buffer has room for
+                // eager_limit bytes after the header.
+                unsafe { ptr::copy_nonoverlapping(buf, b.mem.as_mut_ptr().add(n), len) };
+            }
+            b.len = n + len;
+            b.dest = st.peers[peer].addr;
+            self.post_tx(&mut st, b)?;
+            st.peers[peer].tx_seq = seq.wrapping_add(1);
+            self.stats.eager.fetch_add(1, Relaxed);
+            if sync {
+                st.sync_wait.insert(hdr.cookie, req);
+            } else {
+                out.push(Completion::Send {
+                    req,
+                    status: Status::Ok,
+                });
+            }
+            return Ok(());
+        }
+        // Rendezvous.
+        let cookie = st.next_cookie;
+        st.next_cookie += 1;
+        hdr.kind = Kind::Rts;
+        hdr.cookie = cookie;
+        let mut mr = None;
+        if self.rndv_read {
+            let m = self.register(&mut st, buf, len, sys::FI_REMOTE_READ as u64)?;
+            hdr.ext0 = if self.caps.mr_virt_addr { buf as u64 } else { 0 };
+            hdr.ext1 = m.key();
+            mr = Some(m);
+        } else {
+            hdr.flags |= wire::FLAG_RNDV_SEND;
+        }
+        st.rndv_send.insert(
+            cookie,
+            SendRndv {
+                req,
+                buf,
+                len,
+                peer,
+                mr,
+                outstanding: 0,
+                failed: false,
+            },
+        );
+        let mut b = self.take_tx(&mut st)?;
+        b.len = hdr.encode(&mut b.mem);
+        b.dest = st.peers[peer].addr;
+        b.on_error = TxFollowUp::RndvSend(cookie);
+        if let Err(e) = self.post_tx(&mut st, b) {
+            st.rndv_send.remove(&cookie);
+            return Err(e);
+        }
+        st.peers[peer].tx_seq = seq.wrapping_add(1);
+        self.stats.rndv.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------
+    // Receives
+
+    /// Posts a receive; may complete at once from the unexpected queue.
+    pub fn irecv(
+        &self,
+        sel: Selector,
+        buf: *mut u8,
+        cap: usize,
+        req: ReqPtr,
+        out: &mut Vec<Completion>,
+    ) -> Result<(), EngineError> {
+        let mut st = self.lock()?;
+        // SAFETY: the shim passes a live request of our layout.
+        unsafe { req.init(buf, cap) };
+        match st.matcher.post(sel, req) {
+            Ok((req, env, u)) => self.deliver(&mut st, req, env, u, out),
+            Err(PostId(id)) => {
+                // SAFETY: initialised above; lock held.
+                unsafe { req.st().post_id = id };
+                Ok(())
+            }
+        }
+    }
+
+    /// Iprobe: runs one progress pass, then looks at the unexpected queue.
+    pub fn iprobe(
+        &self,
+        sel: Selector,
+        out: &mut Vec<Completion>,
+    ) -> Result<Option<ProbeInfo>, EngineError> {
+        let mut st = self.lock()?;
+        self.progress_locked(&mut st, out);
+        Ok(st.matcher.probe(&sel).map(|(env, u)| ProbeInfo {
+            src: env.src,
+            tag: env.tag,
+            len: u.len(),
+        }))
+    }
+
+    /// Improbe: like iprobe, but removes the message and returns an opaque
+    /// handle for `imrecv`.
+    pub fn improbe(
+        &self,
+        sel: Selector,
+        out: &mut Vec<Completion>,
+    ) -> Result<Option<(ProbeInfo, MessageHandle)>, EngineError> {
+        let mut st = self.lock()?;
+        self.progress_locked(&mut st, out);
+        Ok(st.matcher.take_unexpected(&sel).map(|(env, u)| {
+            let info = ProbeInfo {
+                src: env.src,
+                tag: env.tag,
+                len: u.len(),
+            };
+            (info, MessageHandle(Box::into_raw(Box::new((env, u))) as *mut c_void))
+        }))
+    }
+
+    /// Receives a message taken by `improbe`.
+    ///
+    /// # Safety
+    /// `msg` must come from `improbe` of this engine and be used once.
+    pub unsafe fn imrecv(
+        &self,
+        msg: MessageHandle,
+        buf: *mut u8,
+        cap: usize,
+        req: ReqPtr,
+        out: &mut Vec<Completion>,
+    ) -> Result<(), EngineError> {
+        // SAFETY: per the function contract the handle is a leaked Box of
+        // (Envelope, Unexpected) that we take back exactly once.
+        let boxed = unsafe { Box::from_raw(msg.0 as *mut (Envelope, Unexpected)) };
+        let (env, u) = *boxed;
+        let mut st = self.lock()?;
+        // SAFETY: the shim passes a live request of our layout.
+        unsafe { req.init(buf, cap) };
+        self.deliver(&mut st, req, env, u, out)
+    }
+
+    /// Cancels a queued receive. Returns true if it was cancelled (and a
+    /// `Cancelled` completion was queued).
+    pub fn cancel(&self, req: ReqPtr, out: &mut Vec<Completion>) -> Result<bool, EngineError> {
+        let mut st = self.lock()?;
+        self.progress_locked(&mut st, out);
+        // SAFETY: the request was started by irecv (the shim only cancels
+        // receives); lock held.
+        let id = unsafe { req.st().post_id };
+        if id == NO_POST {
+            return Ok(false);
+        }
+        match st.matcher.cancel(PostId(id)) {
+            Some(r) => {
+                // SAFETY: as above.
+                unsafe { r.st().post_id = NO_POST };
+                out.push(Completion::Cancelled { req: r });
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Hands a matched message to a receive request.
+    fn deliver(
+        &self,
+        st: &mut State,
+        req: ReqPtr,
+        env: Envelope,
+        u: Unexpected,
+        out: &mut Vec<Completion>,
+    ) -> Result<(), EngineError> {
+        match u {
+            Unexpected::Eager { peer, data, sync } => {
+                self.finish_eager(st, req, env, peer, &data, sync, out);
+                Ok(())
+            }
+            Unexpected::Rts { peer, hdr } => self.start_rndv_recv(st, req, peer, &hdr, out),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish_eager(
+        &self,
+        st: &mut State,
+        req: ReqPtr,
+        env: Envelope,
+        peer: usize,
+        data: &[u8],
+        sync: Option<u64>,
+        out: &mut Vec<Completion>,
+    ) {
+        // SAFETY: a matched request was initialised by irecv/imrecv; lock held.
+        let rs = unsafe { *req.st() };
+        let n = data.len().min(rs.cap);
+        if n > 0 {
+            // SAFETY: the receive buffer has `cap` writable bytes and we
+            // copy at most that many.
+            unsafe { ptr::copy_nonoverlapping(data.as_ptr(), rs.buf, n) };
+        }
+        if let Some(cookie) = sync {
+            let mut ack = Header::new(Kind::SyncAck);
+            ack.cookie = cookie;
+            ack.sender = self.my_name;
+            if let Err(e) = self.send_ctrl(st, peer, &ack) {
+                self.error(&format!("could not acknowledge a synchronous send: {}", e.0));
+            }
+        }
+        self.stats.recv_msgs.fetch_add(1, Relaxed);
+        self.stats.recv_bytes.fetch_add(n as u64, Relaxed);
+        out.push(Completion::Recv {
+            req,
+            src: env.src,
+            tag: env.tag,
+            bytes: n,
+            status: if data.len() > rs.cap {
+                Status::Truncated
+            } else {
+                Status::Ok
+            },
+        });
+    }
+
+    fn start_rndv_recv(
+        &self,
+        st: &mut State,
+        req: ReqPtr,
+        peer: usize,
+        hdr: &Header,
+        out: &mut Vec<Completion>,
+    ) -> Result<(), EngineError> {
+        // SAFETY: a matched request was initialised by irecv/imrecv; lock held.
+        let rs = unsafe { *req.st() };
+        let want = (hdr.len.min(rs.cap as u64)) as usize;
+        let read = hdr.flags & wire::FLAG_RNDV_SEND == 0;
+        let id = st.next_cookie & RNDV_ID_MASK;
+        st.next_cookie += 1;
+        let mut key = hdr.ext1;
+        if read && st.fault == Fault::RmaKey {
+            st.fault = Fault::None;
+            key ^= 0x5a5a_5a5a_5a5a;
+        }
+        let mut r = RecvRndv {
+            req,
+            peer,
+            src: hdr.src,
+            tag: hdr.tag,
+            cookie: hdr.cookie,
+            want,
+            truncated: hdr.len > rs.cap as u64,
+            read,
+            remote_addr: hdr.ext0,
+            key,
+            next_off: 0,
+            outstanding: 0,
+            failed: false,
+            mr: None,
+        };
+        if want > 0 && self.caps.mr_local {
+            let access = if read { sys::FI_READ } else { sys::FI_RECV } as u64;
+            match self.register(st, rs.buf, want, access) {
+                Ok(m) => r.mr = Some(m),
+                Err(e) => {
+                    self.error(&format!("cannot register a receive buffer: {e}"));
+                    r.failed = true;
+                }
+            }
+        }
+        if !read && !r.failed {
+            // Post every tagged receive, then grant the data.
+            let mut off = 0;
+            let mut idx = 0u64;
+            while off < want {
+                let n = (want - off).min(self.chunk);
+                self.queue_chunk(
+                    st,
+                    ChunkOp {
+                        ctx: OpCtx {
+                            fi: Default::default(),
+                            kind: OpKind::Chunk,
+                        },
+                        id,
+                        recv_side: true,
+                        op: ChunkKind::TRecv,
+                        // SAFETY: off < want <= cap.
+                        local: unsafe { rs.buf.add(off) },
+                        len: n,
+                        offset: (id << CHUNK_BITS | idx) as usize,
+                    },
+                );
+                r.outstanding += 1;
+                off += n;
+                idx += 1;
+            }
+            r.next_off = want;
+            let mut cts = Header::new(Kind::Cts);
+            cts.cookie = hdr.cookie;
+            cts.sender = self.my_name;
+            cts.ext0 = id << CHUNK_BITS;
+            cts.ext1 = want as u64;
+            cts.len = hdr.len;
+            st.rndv_recv.insert(id, r);
+            if let Err(e) = self.send_ctrl(st, peer, &cts) {
+                self.error(&format!("could not send a rendezvous grant: {}", e.0));
+            }
+            return Ok(());
+        }
+        st.rndv_recv.insert(id, r);
+        self.pump_reads(st, id, out);
+        Ok(())
+    }
+
+    /// Issues reads of a read rendezvous up to the in-flight limit and
+    /// finishes it when everything has landed.
+    fn pump_reads(&self, st: &mut State, id: u64, out: &mut Vec<Completion>) {
+        let Some(r) = st.rndv_recv.get_mut(&id) else {
+            return;
+        };
+        let mut ops = Vec::new();
+        if r.read && !r.failed {
+            // SAFETY: the request is matched and initialised; lock held.
+            let base = unsafe { r.req.st().buf };
+            while r.next_off < r.want && r.outstanding < READS_IN_FLIGHT {
+                let n = (r.want - r.next_off).min(self.chunk);
+                ops.push(ChunkOp {
+                    ctx: OpCtx {
+                        fi: Default::default(),
+                        kind: OpKind::Chunk,
+                    },
+                    id,
+                    recv_side: true,
+                    op: ChunkKind::Read,
+                    // SAFETY: next_off < want <= cap.
+                    local: unsafe { base.add(r.next_off) },
+                    len: n,
+                    offset: r.next_off,
+                });
+                r.next_off += n;
+                r.outstanding += 1;
+            }
+        }
+        let done = r.outstanding == 0 && (r.next_off >= r.want || r.failed);
+        for op in ops {
+            self.queue_chunk(st, op);
+        }
+        if done {
+            self.finish_rndv_recv(st, id, out);
+        }
+    }
+
+    fn finish_rndv_recv(&self, st: &mut State, id: u64, out: &mut Vec<Completion>) {
+        let Some(r) = st.rndv_recv.remove(&id) else {
+            return;
+        };
+        drop(r.mr);
+        if r.read {
+            let mut fin = Header::new(Kind::Fin);
+            fin.cookie = r.cookie;
+            fin.sender = self.my_name;
+            fin.status = r.failed as u32;
+            if let Err(e) = self.send_ctrl(st, r.peer, &fin) {
+                self.error(&format!("could not send a rendezvous FIN: {}", e.0));
+            }
+        }
+        let status = if r.failed {
+            self.stats.errors.fetch_add(1, Relaxed);
+            Status::Failed
+        } else if r.truncated {
+            Status::Truncated
+        } else {
+            Status::Ok
+        };
+        self.stats.recv_msgs.fetch_add(1, Relaxed);
+        self.stats.recv_bytes.fetch_add(r.want as u64, Relaxed);
+        out.push(Completion::Recv {
+            req: r.req,
+            src: r.src,
+            tag: r.tag,
+            bytes: if r.failed { 0 } else { r.want },
+            status,
+        });
+    }
+
+    fn queue_chunk(&self, st: &mut State, op: ChunkOp) {
+        let raw = Box::into_raw(Box::new(op));
+        if !st.retry.is_empty() {
+            st.retry.push_back(Retry::Chunk(raw));
+            return;
+        }
+        match self.try_post_chunk(st, raw) {
+            Ok(()) => {}
+            Err(EAGAIN) => st.retry.push_back(Retry::Chunk(raw)),
+            Err(r) => self.chunk_failed(st, raw, &crate::fabric::strerror(-r as i32)),
+        }
+    }
+
+    fn try_post_chunk(&self, st: &mut State, raw: *mut ChunkOp) -> Result<(), isize> {
+        // SAFETY: `raw` is a leaked Box we own until its completion.
+        let c = unsafe { &mut *raw };
+        let ctx = &mut c.ctx as *mut OpCtx as *mut c_void;
+        let ep = self.ep().raw();
+        let ret = if c.recv_side {
+            let r = st.rndv_recv.get(&c.id).expect("live rendezvous");
+            let desc = r.mr.as_ref().map_or(ptr::null_mut(), |m| m.desc());
+            let addr = st.peers[r.peer].addr;
+            match c.op {
+                // SAFETY: the destination lies inside the matched receive
+                // buffer, which stays valid until the request completes.
+                ChunkKind::Read => unsafe {
+                    sys::fi_read(
+                        ep,
+                        c.local as *mut c_void,
+                        c.len,
+                        desc,
+                        addr,
+                        r.remote_addr.wrapping_add(c.offset as u64),
+                        r.key,
+                        ctx,
+                    )
+                },
+                // SAFETY: as above.
+                ChunkKind::TRecv => unsafe {
+                    sys::fi_trecv(
+                        ep,
+                        c.local as *mut c_void,
+                        c.len,
+                        desc,
+                        addr,
+                        c.offset as u64,
+                        0,
+                        ctx,
+                    )
+                },
+                ChunkKind::TSend => unreachable!("send chunks belong to the send side"),
+            }
+        } else {
+            let s = st.rndv_send.get(&c.id).expect("live rendezvous");
+            let desc = s.mr.as_ref().map_or(ptr::null_mut(), |m| m.desc());
+            let addr = st.peers[s.peer].addr;
+            // SAFETY: the source lies inside the user's send buffer, valid
+            // until the send request completes.
+            unsafe {
+                sys::fi_tsend(
+                    ep,
+                    c.local as *const c_void,
+                    c.len,
+                    desc,
+                    addr,
+                    c.offset as u64,
+                    ctx,
+                )
+            }
+        };
+        fi_ok(ret)
+    }
+
+    fn chunk_failed(&self, st: &mut State, raw: *mut ChunkOp, why: &str) {
+        // SAFETY: the op is ours again (rejected or completed with error).
+        let c = unsafe { Box::from_raw(raw) };
+        self.error(&format!("rendezvous {:?} of {} bytes failed: {why}", c.op, c.len));
+        if c.recv_side {
+            if let Some(r) = st.rndv_recv.get_mut(&c.id) {
+                r.failed = true;
+                r.outstanding -= 1;
+            }
+        } else if let Some(s) = st.rndv_send.get_mut(&c.id) {
+            s.failed = true;
+            s.outstanding -= 1;
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Progress
+
+    /// Drains the completion queue once. Returns the number of events.
+    pub fn progress(&self, out: &mut Vec<Completion>) -> usize {
+        match self.state.try_lock() {
+            Ok(mut st) => self.progress_locked(&mut st, out),
+            Err(_) => 0,
+        }
+    }
+
+    fn progress_locked(&self, st: &mut State, out: &mut Vec<Completion>) -> usize {
+        let mut total = 0;
+        self.run_retries(st, out);
+        loop {
+            let mut entries = std::mem::take(&mut st.scratch);
+            let n = match self.cq.read(&mut entries) {
+                Ok(n) => n,
+                Err(r) if r == -(sys::FI_EAVAIL as i64) => {
+                    st.scratch = entries;
+                    self.handle_cq_error(st, out);
+                    total += 1;
+                    continue;
+                }
+                Err(r) => {
+                    st.scratch = entries;
+                    self.error(&format!(
+                        "fi_cq_read failed: {}",
+                        crate::fabric::strerror(-r as i32)
+                    ));
+                    return total;
+                }
+            };
+            for e in &entries[..n] {
+                self.handle_completion(st, e, out);
+            }
+            st.scratch = entries;
+            total += n;
+            if n < st.scratch.len() {
+                break;
+            }
+        }
+        if total > 0 {
+            self.run_retries(st, out);
+        }
+        total
+    }
+
+    fn run_retries(&self, st: &mut State, out: &mut Vec<Completion>) {
+        while let Some(item) = st.retry.pop_front() {
+            let r = match item {
+                Retry::Tx(raw) => self.try_post_tx(raw),
+                Retry::Chunk(raw) => self.try_post_chunk(st, raw),
+            };
+            match r {
+                Ok(()) => {}
+                Err(EAGAIN) => {
+                    st.retry.push_front(item);
+                    return;
+                }
+                Err(code) => {
+                    let why = crate::fabric::strerror(-code as i32);
+                    match item {
+                        Retry::Tx(raw) => self.tx_failed(st, raw, &why, out),
+                        Retry::Chunk(raw) => {
+                            self.chunk_failed(st, raw, &why);
+                            self.after_chunk(st, raw_id(raw), out);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn handle_completion(&self, st: &mut State, e: &CqEntry, out: &mut Vec<Completion>) {
+        if e.op_context.is_null() {
+            return;
+        }
+        // SAFETY: every operation we post carries an OpCtx as the first
+        // field of its container; the provider returns it unchanged.
+        let kind = unsafe { (*(e.op_context as *const OpCtx)).kind };
+        match kind {
+            OpKind::Rx => {
+                let rx = e.op_context as *mut RxBuf;
+                // SAFETY: rx buffers live in `st.rx` for the engine's life;
+                // this one is ours until we repost it.
+                let rxb = unsafe { &mut *rx };
+                let len = e.len.min(rxb.mem.len());
+                let pkt: &[u8] = &rxb.mem[..len];
+                // SAFETY: `pkt` borrows the buffer, which is not reposted
+                // until handle_packet returns.
+                let pkt: &[u8] = unsafe { std::slice::from_raw_parts(pkt.as_ptr(), pkt.len()) };
+                self.handle_packet(st, pkt, out);
+                if let Err(r) = self.repost_rx(rxb) {
+                    self.error(&format!(
+                        "could not repost a receive buffer: {}",
+                        crate::fabric::strerror(-r as i32)
+                    ));
+                }
+            }
+            OpKind::Tx => {
+                // SAFETY: a posted TxBuf is a leaked Box; its completion
+                // returns ownership.
+                let b = unsafe { Box::from_raw(e.op_context as *mut TxBuf) };
+                st.tx_free.push(b);
+            }
+            OpKind::Chunk => {
+                let raw = e.op_context as *mut ChunkOp;
+                // SAFETY: a posted chunk is a leaked Box; completion returns it.
+                let c = unsafe { Box::from_raw(raw) };
+                if c.recv_side {
+                    if let Some(r) = st.rndv_recv.get_mut(&c.id) {
+                        r.outstanding -= 1;
+                    }
+                } else if let Some(s) = st.rndv_send.get_mut(&c.id) {
+                    s.outstanding -= 1;
+                }
+                self.after_chunk_side(st, c.id, c.recv_side, out);
+            }
+        }
+    }
+
+    fn after_chunk(&self, st: &mut State, id_side: (u64, bool), out: &mut Vec<Completion>) {
+        self.after_chunk_side(st, id_side.0, id_side.1, out);
+    }
+
+    fn after_chunk_side(&self, st: &mut State, id: u64, recv_side: bool, out: &mut Vec<Completion>) {
+        if recv_side {
+            let Some(r) = st.rndv_recv.get(&id) else {
+                return;
+            };
+            if r.read {
+                self.pump_reads(st, id, out);
+            } else if r.outstanding == 0 {
+                self.finish_rndv_recv(st, id, out);
+            }
+        } else {
+            let Some(s) = st.rndv_send.get(&id) else {
+                return;
+            };
+            if s.outstanding == 0 {
+                self.finish_rndv_send(st, id, s.failed, out);
+            }
+        }
+    }
+
+    fn finish_rndv_send(&self, st: &mut State, cookie: u64, failed: bool, out: &mut Vec<Completion>) {
+        if let Some(s) = st.rndv_send.remove(&cookie) {
+            drop(s.mr);
+            if failed {
+                self.stats.errors.fetch_add(1, Relaxed);
+            }
+            out.push(Completion::Send {
+                req: s.req,
+                status: if failed { Status::Failed } else { Status::Ok },
+            });
+        }
+    }
+
+    fn handle_cq_error(&self, st: &mut State, out: &mut Vec<Completion>) {
+        let Some(err) = self.cq.read_error() else {
+            return;
+        };
+        if err.context.is_null() {
+            self.error(&format!("completion error without a context: {}", err.message));
+            return;
+        }
+        // SAFETY: as in handle_completion.
+        let kind = unsafe { (*(err.context as *const OpCtx)).kind };
+        match kind {
+            OpKind::Rx => {
+                let canceled = err.err == sys::FI_ECANCELED as i32;
+                if !canceled {
+                    self.stats.errors.fetch_add(1, Relaxed);
+                    self.error(&format!("receive failed: {}", err.message));
+                    // SAFETY: as in handle_completion.
+                    let rxb = unsafe { &mut *(err.context as *mut RxBuf) };
+                    let _ = self.repost_rx(rxb);
+                }
+            }
+            OpKind::Tx => {
+                let raw = err.context as *mut TxBuf;
+                self.tx_failed(st, raw, &err.message, out);
+            }
+            OpKind::Chunk => {
+                let raw = err.context as *mut ChunkOp;
+                let id = raw_id(raw);
+                self.stats.errors.fetch_add(1, Relaxed);
+                self.chunk_failed(st, raw, &err.message);
+                self.after_chunk(st, id, out);
+            }
+        }
+    }
+
+    fn tx_failed(&self, st: &mut State, raw: *mut TxBuf, why: &str, out: &mut Vec<Completion>) {
+        // SAFETY: the buffer is ours again after an error completion or a
+        // rejected post.
+        let b = unsafe { Box::from_raw(raw) };
+        self.stats.errors.fetch_add(1, Relaxed);
+        self.error(&format!("send of {} bytes failed: {why}", b.len));
+        match b.on_error {
+            TxFollowUp::None => {}
+            TxFollowUp::Sync(cookie) => {
+                if let Some(req) = st.sync_wait.remove(&cookie) {
+                    out.push(Completion::Send {
+                        req,
+                        status: Status::Failed,
+                    });
+                }
+            }
+            TxFollowUp::RndvSend(cookie) => self.finish_rndv_send(st, cookie, true, out),
+        }
+        st.tx_free.push(b);
+    }
+
+    /// Parses one received packet and acts on it.
+    fn handle_packet(&self, st: &mut State, pkt: &[u8], out: &mut Vec<Completion>) {
+        let hdr = match Header::decode(pkt) {
+            Ok(h) => h,
+            Err(e) => {
+                self.stats.errors.fetch_add(1, Relaxed);
+                self.error(&format!("dropped a malformed packet: {e}"));
+                return;
+            }
+        };
+        let Some(&peer) = st.by_name.get(&hdr.sender) else {
+            self.stats.errors.fetch_add(1, Relaxed);
+            self.error(&format!(
+                "dropped a {:?} packet from unknown process 0x{:x}",
+                hdr.kind, hdr.sender
+            ));
+            return;
+        };
+        match hdr.kind {
+            Kind::Eager | Kind::Rts => {
+                let payload = &pkt[hdr.wire_len()..];
+                let p = &mut st.peers[peer];
+                if p.order.held() == 0 && p.order.expected() == hdr.seq {
+                    // In order: match straight out of the bounce buffer.
+                    let mut none = Vec::new();
+                    let _ = p.order.accept(
+                        hdr.seq,
+                        Held {
+                            hdr,
+                            data: Vec::new(),
+                        },
+                        &mut none,
+                    );
+                    self.on_matchable(st, peer, &hdr, payload, out);
+                } else {
+                    let mut ready = Vec::new();
+                    let held = Held {
+                        hdr,
+                        data: payload.to_vec(),
+                    };
+                    if p.order.accept(hdr.seq, held, &mut ready).is_err() {
+                        self.stats.errors.fetch_add(1, Relaxed);
+                        self.error(&format!("dropped a duplicate packet (seq {})", hdr.seq));
+                        return;
+                    }
+                    for h in ready {
+                        self.on_matchable(st, peer, &h.hdr, &h.data, out);
+                    }
+                }
+            }
+            Kind::SyncAck => match st.sync_wait.remove(&hdr.cookie) {
+                Some(req) => out.push(Completion::Send {
+                    req,
+                    status: Status::Ok,
+                }),
+                None => self.error("dropped a synchronous-send ack for no pending send"),
+            },
+            Kind::Fin => {
+                if st.rndv_send.contains_key(&hdr.cookie) {
+                    self.finish_rndv_send(st, hdr.cookie, hdr.status != 0, out);
+                } else {
+                    self.error("dropped a rendezvous FIN for no pending send");
+                }
+            }
+            Kind::Cts => self.on_cts(st, &hdr, out),
+        }
+    }
+
+    fn on_matchable(
+        &self,
+        st: &mut State,
+        peer: usize,
+        hdr: &Header,
+        payload: &[u8],
+        out: &mut Vec<Completion>,
+    ) {
+        let env = Envelope {
+            ctx: hdr.ctx,
+            src: hdr.src,
+            tag: hdr.tag,
+        };
+        let sync = (hdr.flags & wire::FLAG_SYNC != 0).then_some(hdr.cookie);
+        if let Some(req) = st.matcher.take_posted(&env) {
+            // SAFETY: matched requests were initialised by irecv; lock held.
+            unsafe { req.st().post_id = NO_POST };
+            let r = match hdr.kind {
+                Kind::Eager => {
+                    self.finish_eager(st, req, env, peer, payload, sync, out);
+                    Ok(())
+                }
+                _ => self.start_rndv_recv(st, req, peer, hdr, out),
+            };
+            if let Err(e) = r {
+                self.error(&e.0);
+            }
+            return;
+        }
+        self.stats.unexpected.fetch_add(1, Relaxed);
+        let u = match hdr.kind {
+            Kind::Eager => Unexpected::Eager {
+                peer,
+                data: payload.to_vec(),
+                sync,
+            },
+            _ => Unexpected::Rts { peer, hdr: *hdr },
+        };
+        let queued = st.matcher.arrive(env, u);
+        debug_assert!(queued.is_none());
+    }
+
+    fn on_cts(&self, st: &mut State, hdr: &Header, out: &mut Vec<Completion>) {
+        let cookie = hdr.cookie;
+        let Some(s) = st.rndv_send.get_mut(&cookie) else {
+            self.error("dropped a rendezvous grant for no pending send");
+            return;
+        };
+        let grant = (hdr.ext1 as usize).min(s.len);
+        let base_tag = hdr.ext0;
+        let buf = s.buf;
+        if grant > 0 && self.caps.mr_local && s.mr.is_none() {
+            let (b, l) = (s.buf, s.len);
+            match self.register(st, b, l, sys::FI_SEND as u64) {
+                Ok(m) => st.rndv_send.get_mut(&cookie).expect("present").mr = Some(m),
+                Err(e) => {
+                    self.error(&format!("cannot register a send buffer: {e}"));
+                    self.finish_rndv_send(st, cookie, true, out);
+                    return;
+                }
+            }
+        }
+        let mut off = 0;
+        let mut idx = 0u64;
+        let mut ops = Vec::new();
+        while off < grant {
+            let n = (grant - off).min(self.chunk);
+            ops.push(ChunkOp {
+                ctx: OpCtx {
+                    fi: Default::default(),
+                    kind: OpKind::Chunk,
+                },
+                id: cookie,
+                recv_side: false,
+                op: ChunkKind::TSend,
+                // SAFETY: off < grant <= len of the user buffer.
+                local: unsafe { buf.add(off) as *mut u8 },
+                len: n,
+                offset: (base_tag | idx) as usize,
+            });
+            off += n;
+            idx += 1;
+        }
+        st.rndv_send.get_mut(&cookie).expect("present").outstanding = ops.len();
+        if ops.is_empty() {
+            self.finish_rndv_send(st, cookie, false, out);
+            return;
+        }
+        for op in ops {
+            self.queue_chunk(st, op);
+        }
+    }
+
+    fn error(&self, msg: &str) {
+        crate::log::error(msg);
+    }
+
+    /// Waits (driving progress) until every buffered send has left, or the
+    /// timeout passes. Returns the completions collected meanwhile.
+    pub fn quiesce(&self, timeout: Duration, out: &mut Vec<Completion>) -> bool {
+        let start = Instant::now();
+        loop {
+            let Ok(mut st) = self.lock() else {
+                return false;
+            };
+            self.progress_locked(&mut st, out);
+            let busy = st.tx_free.len() < st.tx_total
+                || !st.retry.is_empty()
+                || !st.rndv_send.is_empty()
+                || !st.rndv_recv.is_empty();
+            drop(st);
+            if !busy {
+                return true;
+            }
+            if start.elapsed() > timeout {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// One line of counters.
+    pub fn stats_line(&self, rank: i64) -> String {
+        let s = &self.stats;
+        format!(
+            "rustofi: rank={rank} provider={} sent_msgs={} sent_bytes={} recv_msgs={} recv_bytes={} \
+             eager={} rndv={} unexpected={} errors={}",
+            self.provider,
+            s.sent_msgs.load(Relaxed),
+            s.sent_bytes.load(Relaxed),
+            s.recv_msgs.load(Relaxed),
+            s.recv_bytes.load(Relaxed),
+            s.eager.load(Relaxed),
+            s.rndv.load(Relaxed),
+            s.unexpected.load(Relaxed),
+            s.errors.load(Relaxed),
+        )
+    }
+
+    pub fn rndv_uses_read(&self) -> bool {
+        self.rndv_read
+    }
+}
+
+fn raw_id(raw: *mut ChunkOp) -> (u64, bool) {
+    // SAFETY: called before the op is freed.
+    unsafe { ((*raw).id, (*raw).recv_side) }
+}
+
+/// An unexpected message taken by `improbe`, owned by an Open MPI message
+/// object until `imrecv`.
+#[derive(Clone, Copy, Debug)]
+pub struct MessageHandle(pub *mut c_void);
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // The endpoint goes first: closing it cancels every posted receive
+        // and transmit, after which no buffer is referenced by the provider.
+        drop(self.ep.take());
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        // Reclaim buffers still owned by the provider at close time.
+        for item in st.retry.drain(..) {
+            match item {
+                // SAFETY: queued ops were never accepted by the provider.
+                Retry::Tx(raw) => drop(unsafe { Box::from_raw(raw) }),
+                // SAFETY: as above.
+                Retry::Chunk(raw) => drop(unsafe { Box::from_raw(raw) }),
+            }
+        }
+        st.rndv_send.clear();
+        st.rndv_recv.clear();
+        st.rx.clear();
+        st.tx_free.clear();
+        let _ = st.matcher.drain_all();
+        for name in st.peers.iter().map(|p| p.addr).collect::<Vec<_>>() {
+            self.av.remove(name);
+        }
+    }
+}

@@ -1,0 +1,604 @@
+//! Safe RAII wrappers over the libfabric handles the MTL uses.
+//!
+//! Ownership encodes libfabric's teardown order: every child handle holds an
+//! `Arc` of its parent (endpoint → CQ, AV, domain; MR → domain; domain →
+//! fabric), so a parent is closed only after all of its children. The engine
+//! closes its endpoint before it frees the buffers posted on it (see
+//! `engine::Engine::drop`).
+
+use crate::sys;
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_int, c_void};
+use std::ptr;
+use std::sync::Arc;
+
+/// A libfabric error: the operation that failed and its (positive) errno.
+#[derive(Debug, Clone)]
+pub struct FiError {
+    pub op: &'static str,
+    pub code: i32,
+}
+
+impl FiError {
+    pub fn new(op: &'static str, ret: i64) -> Self {
+        FiError {
+            op,
+            code: (-ret) as i32,
+        }
+    }
+}
+
+impl std::fmt::Display for FiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failed: {} ({})", self.op, strerror(self.code), self.code)
+    }
+}
+
+/// `fi_strerror` as an owned string.
+pub fn strerror(code: i32) -> String {
+    // SAFETY: fi_strerror returns a pointer to a static NUL-terminated string
+    // for any input value.
+    unsafe { CStr::from_ptr(sys::fi_strerror(code)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn check(op: &'static str, ret: c_int) -> Result<(), FiError> {
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(FiError::new(op, ret as i64))
+    }
+}
+
+/// Closes a fid, logging (not panicking on) failure; used by every Drop.
+fn close_fid(fid: *mut sys::fid, what: &str) {
+    if fid.is_null() {
+        return;
+    }
+    // SAFETY: `fid` is a live handle owned by the wrapper being dropped; it
+    // is closed exactly once, here.
+    let ret = unsafe { sys::fi_close(fid) };
+    if ret != 0 {
+        tracing::warn!("fi_close({what}) failed: {}", strerror(-ret));
+    }
+}
+
+pub const fn fi_version(major: u32, minor: u32) -> u32 {
+    (major << 16) | minor
+}
+
+/// The API version the MTL is written against.
+pub const API_VERSION: u32 = fi_version(1, 9);
+
+/// An owned `fi_info` list (from `fi_getinfo` or `fi_dupinfo`).
+pub struct InfoList {
+    head: *mut sys::fi_info,
+}
+
+// SAFETY: an fi_info list is plain heap data with no thread affinity; it is
+// only read through `&self` and freed once in Drop.
+unsafe impl Send for InfoList {}
+// SAFETY: see above; no interior mutability is exposed.
+unsafe impl Sync for InfoList {}
+
+/// What the MTL asks of a provider.
+#[derive(Clone, Copy, Debug)]
+pub struct Hints {
+    pub want_rma: bool,
+}
+
+impl InfoList {
+    /// Runs `fi_getinfo` for reliable-datagram endpoints with the
+    /// capabilities and mode bits the MTL supports.
+    pub fn query(h: Hints) -> Result<InfoList, FiError> {
+        // SAFETY: fi_allocinfo returns a zeroed fi_info with all attribute
+        // structs allocated, or NULL.
+        let hints = unsafe { sys::fi_allocinfo() };
+        if hints.is_null() {
+            return Err(FiError::new("fi_allocinfo", -(sys::FI_ENOMEM as i64)));
+        }
+        // SAFETY: `hints` and its attribute pointers were just allocated by
+        // fi_allocinfo and are exclusively ours until fi_freeinfo below.
+        let ret = unsafe {
+            let hi = &mut *hints;
+            hi.caps = (sys::FI_MSG | sys::FI_TAGGED) as u64;
+            if h.want_rma {
+                hi.caps |= (sys::FI_RMA | sys::FI_READ | sys::FI_REMOTE_READ) as u64;
+            }
+            // We give every operation a struct fi_context2 of our own.
+            hi.mode = sys::FI_CONTEXT as u64 | sys::FI_CONTEXT2;
+            (*hi.ep_attr).type_ = sys::fi_ep_type_FI_EP_RDM;
+            let dom = &mut *hi.domain_attr;
+            dom.mr_mode = (sys::FI_MR_LOCAL
+                | sys::FI_MR_VIRT_ADDR
+                | sys::FI_MR_ALLOCATED
+                | sys::FI_MR_PROV_KEY
+                | sys::FI_MR_ENDPOINT) as c_int;
+            // All libfabric calls are serialised by the engine's lock.
+            dom.threading = sys::fi_threading_FI_THREAD_DOMAIN;
+            dom.resource_mgmt = sys::fi_resource_mgmt_FI_RM_ENABLED;
+            let mut out: *mut sys::fi_info = ptr::null_mut();
+            let r = sys::fi_getinfo(API_VERSION, ptr::null(), ptr::null(), 0, hints, &mut out);
+            sys::fi_freeinfo(hints);
+            if r == 0 {
+                Ok(out)
+            } else {
+                Err(r)
+            }
+        };
+        match ret {
+            Ok(head) => Ok(InfoList { head }),
+            Err(r) => Err(FiError::new("fi_getinfo", r as i64)),
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Info<'_>> {
+        let mut cur = self.head;
+        std::iter::from_fn(move || {
+            if cur.is_null() {
+                return None;
+            }
+            // SAFETY: `cur` is a node of the list owned by `self`, alive for
+            // the borrow.
+            let item = Info {
+                raw: unsafe { &*cur },
+            };
+            cur = item.raw.next;
+            Some(item)
+        })
+    }
+
+    /// Copies one entry into a list of its own (for opening it).
+    pub fn dup_one(info: Info<'_>) -> Result<InfoList, FiError> {
+        // SAFETY: `info.raw` is a valid fi_info; fi_dupinfo deep-copies it
+        // (including `next`, which we clear on the copy).
+        let head = unsafe { sys::fi_dupinfo(info.raw) };
+        if head.is_null() {
+            return Err(FiError::new("fi_dupinfo", -(sys::FI_ENOMEM as i64)));
+        }
+        // SAFETY: `head` is our fresh copy.
+        unsafe {
+            if !(*head).next.is_null() {
+                sys::fi_freeinfo((*head).next);
+                (*head).next = ptr::null_mut();
+            }
+        }
+        Ok(InfoList { head })
+    }
+
+    pub fn first(&self) -> Option<Info<'_>> {
+        self.iter().next()
+    }
+}
+
+impl Drop for InfoList {
+    fn drop(&mut self) {
+        if !self.head.is_null() {
+            // SAFETY: the list came from fi_getinfo/fi_dupinfo and is freed once.
+            unsafe { sys::fi_freeinfo(self.head) };
+        }
+    }
+}
+
+/// A borrowed entry of an [`InfoList`].
+#[derive(Clone, Copy)]
+pub struct Info<'a> {
+    raw: &'a sys::fi_info,
+}
+
+fn cstr_or_empty(p: *const std::os::raw::c_char) -> String {
+    if p.is_null() {
+        String::new()
+    } else {
+        // SAFETY: libfabric attribute strings are NUL-terminated and live as
+        // long as the fi_info they belong to.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+impl<'a> Info<'a> {
+    pub fn provider(&self) -> String {
+        // SAFETY: fabric_attr is always allocated in fi_getinfo results.
+        cstr_or_empty(unsafe { (*self.raw.fabric_attr).prov_name })
+    }
+    pub fn domain_name(&self) -> String {
+        // SAFETY: domain_attr is always allocated in fi_getinfo results.
+        cstr_or_empty(unsafe { (*self.raw.domain_attr).name })
+    }
+    pub fn caps(&self) -> u64 {
+        self.raw.caps
+    }
+    pub fn mode(&self) -> u64 {
+        self.raw.mode
+    }
+    pub fn mr_mode(&self) -> u32 {
+        // SAFETY: see domain_name.
+        unsafe { (*self.raw.domain_attr).mr_mode as u32 }
+    }
+    pub fn max_msg_size(&self) -> usize {
+        // SAFETY: ep_attr is always allocated in fi_getinfo results.
+        unsafe { (*self.raw.ep_attr).max_msg_size }
+    }
+    pub fn inject_size(&self) -> usize {
+        // SAFETY: tx_attr is always allocated in fi_getinfo results.
+        unsafe { (*self.raw.tx_attr).inject_size }
+    }
+    pub fn tx_size(&self) -> usize {
+        // SAFETY: see inject_size.
+        unsafe { (*self.raw.tx_attr).size }
+    }
+    pub fn rx_size(&self) -> usize {
+        // SAFETY: rx_attr is always allocated in fi_getinfo results.
+        unsafe { (*self.raw.rx_attr).size }
+    }
+    pub fn raw(&self) -> *mut sys::fi_info {
+        self.raw as *const sys::fi_info as *mut sys::fi_info
+    }
+}
+
+pub struct Fabric {
+    raw: *mut sys::fid_fabric,
+}
+// SAFETY: the fabric handle is only used to open a domain and to close it;
+// libfabric fabric objects are thread-safe for those calls.
+unsafe impl Send for Fabric {}
+// SAFETY: see above.
+unsafe impl Sync for Fabric {}
+
+impl Fabric {
+    pub fn open(info: Info<'_>) -> Result<Arc<Fabric>, FiError> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: fabric_attr comes from a valid fi_info; `raw` receives the handle.
+        check("fi_fabric", unsafe {
+            sys::fi_fabric((*info.raw).fabric_attr, &mut raw, ptr::null_mut())
+        })?;
+        Ok(Arc::new(Fabric { raw }))
+    }
+}
+impl Drop for Fabric {
+    fn drop(&mut self) {
+        close_fid(self.raw as *mut sys::fid, "fabric");
+    }
+}
+
+pub struct Domain {
+    raw: *mut sys::fid_domain,
+    _fabric: Arc<Fabric>,
+}
+// SAFETY: all calls on the domain and its children are serialised by the
+// engine's lock (FI_THREAD_DOMAIN); the handle itself may move between threads.
+unsafe impl Send for Domain {}
+// SAFETY: see above.
+unsafe impl Sync for Domain {}
+
+impl Domain {
+    pub fn open(fabric: &Arc<Fabric>, info: Info<'_>) -> Result<Arc<Domain>, FiError> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: `fabric.raw` is live (we hold an Arc); info is valid.
+        check("fi_domain", unsafe {
+            sys::fi_domain(fabric.raw, info.raw(), &mut raw, ptr::null_mut())
+        })?;
+        Ok(Arc::new(Domain {
+            raw,
+            _fabric: fabric.clone(),
+        }))
+    }
+}
+impl Drop for Domain {
+    fn drop(&mut self) {
+        close_fid(self.raw as *mut sys::fid, "domain");
+    }
+}
+
+pub struct CompletionQueue {
+    raw: *mut sys::fid_cq,
+    _domain: Arc<Domain>,
+}
+// SAFETY: serialised by the engine's lock, as for Domain.
+unsafe impl Send for CompletionQueue {}
+// SAFETY: see above.
+unsafe impl Sync for CompletionQueue {}
+
+/// One completion read from the CQ.
+pub type CqEntry = sys::fi_cq_tagged_entry;
+
+/// Outcome of a CQ error read.
+pub struct CqError {
+    pub context: *mut c_void,
+    pub flags: u64,
+    pub err: i32,
+    pub message: String,
+}
+
+impl CompletionQueue {
+    pub fn open(domain: &Arc<Domain>, size: usize) -> Result<Arc<CompletionQueue>, FiError> {
+        let mut attr = sys::fi_cq_attr {
+            size,
+            format: sys::fi_cq_format_FI_CQ_FORMAT_TAGGED,
+            wait_obj: sys::fi_wait_obj_FI_WAIT_NONE,
+            ..Default::default()
+        };
+        let mut raw = ptr::null_mut();
+        // SAFETY: the domain is live; attr is a valid initialised struct.
+        check("fi_cq_open", unsafe {
+            sys::fi_cq_open(domain.raw, &mut attr, &mut raw, ptr::null_mut())
+        })?;
+        Ok(Arc::new(CompletionQueue {
+            raw,
+            _domain: domain.clone(),
+        }))
+    }
+
+    /// Reads up to `buf.len()` completions. Ok(n) with n >= 0; Err(true) if
+    /// an error entry is waiting (read it with `read_error`); Err(false) for
+    /// any other failure.
+    pub fn read(&self, buf: &mut [CqEntry]) -> Result<usize, i64> {
+        // SAFETY: `buf` is a writable array of `buf.len()` tagged entries,
+        // matching the CQ's FI_CQ_FORMAT_TAGGED.
+        let r = unsafe { sys::fi_cq_read(self.raw, buf.as_mut_ptr() as *mut c_void, buf.len()) };
+        if r >= 0 {
+            Ok(r as usize)
+        } else if r == -(sys::FI_EAGAIN as isize) {
+            Ok(0)
+        } else {
+            Err(r as i64)
+        }
+    }
+
+    /// The raw handle, for progress-only reads.
+    pub fn raw_handle(&self) -> *mut sys::fid_cq {
+        self.raw
+    }
+
+    pub fn read_error(&self) -> Option<CqError> {
+        let mut e = sys::fi_cq_err_entry::default();
+        // SAFETY: `e` is a zeroed error entry (err_data_size 0 asks for the
+        // provider's own err_data buffer).
+        let r = unsafe { sys::fi_cq_readerr(self.raw, &mut e, 0) };
+        if r <= 0 {
+            return None;
+        }
+        let mut text = [0 as std::os::raw::c_char; 256];
+        // SAFETY: prov_errno/err_data come from the entry just read; `text`
+        // is a writable buffer of the given length.
+        let msg = unsafe {
+            let p = sys::fi_cq_strerror(
+                self.raw,
+                e.prov_errno,
+                e.err_data,
+                text.as_mut_ptr(),
+                text.len(),
+            );
+            cstr_or_empty(p)
+        };
+        Some(CqError {
+            context: e.op_context,
+            flags: e.flags,
+            err: e.err,
+            message: format!("{} ({})", strerror(e.err), msg),
+        })
+    }
+}
+impl Drop for CompletionQueue {
+    fn drop(&mut self) {
+        close_fid(self.raw as *mut sys::fid, "cq");
+    }
+}
+
+pub struct AddressVector {
+    raw: *mut sys::fid_av,
+    _domain: Arc<Domain>,
+}
+// SAFETY: serialised by the engine's lock, as for Domain.
+unsafe impl Send for AddressVector {}
+// SAFETY: see above.
+unsafe impl Sync for AddressVector {}
+
+impl AddressVector {
+    pub fn open(domain: &Arc<Domain>) -> Result<Arc<AddressVector>, FiError> {
+        let mut attr = sys::fi_av_attr {
+            type_: sys::fi_av_type_FI_AV_UNSPEC,
+            ..Default::default()
+        };
+        let mut raw = ptr::null_mut();
+        // SAFETY: the domain is live; attr is initialised.
+        check("fi_av_open", unsafe {
+            sys::fi_av_open(domain.raw, &mut attr, &mut raw, ptr::null_mut())
+        })?;
+        Ok(Arc::new(AddressVector {
+            raw,
+            _domain: domain.clone(),
+        }))
+    }
+
+    /// Inserts one endpoint name and returns its fi_addr.
+    pub fn insert(&self, name: &[u8]) -> Result<u64, FiError> {
+        let mut addr: sys::fi_addr_t = 0;
+        // SAFETY: `name` is a readable endpoint name of its length; one
+        // address is inserted and written to `addr`.
+        let r = unsafe {
+            sys::fi_av_insert(
+                self.raw,
+                name.as_ptr() as *const c_void,
+                1,
+                &mut addr,
+                0,
+                ptr::null_mut(),
+            )
+        };
+        if r == 1 {
+            Ok(addr)
+        } else {
+            Err(FiError::new(
+                "fi_av_insert",
+                if r < 0 { r as i64 } else { -(sys::FI_EINVAL as i64) },
+            ))
+        }
+    }
+
+    pub fn remove(&self, addr: u64) {
+        let mut a = addr;
+        // SAFETY: removes one address previously returned by insert.
+        let r = unsafe { sys::fi_av_remove(self.raw, &mut a, 1, 0) };
+        if r != 0 {
+            tracing::debug!("fi_av_remove failed: {}", strerror(-r));
+        }
+    }
+}
+impl Drop for AddressVector {
+    fn drop(&mut self) {
+        close_fid(self.raw as *mut sys::fid, "av");
+    }
+}
+
+pub struct Endpoint {
+    raw: *mut sys::fid_ep,
+    _cq: Arc<CompletionQueue>,
+    _av: Arc<AddressVector>,
+    _domain: Arc<Domain>,
+}
+// SAFETY: serialised by the engine's lock, as for Domain.
+unsafe impl Send for Endpoint {}
+// SAFETY: see above.
+unsafe impl Sync for Endpoint {}
+
+impl Endpoint {
+    /// Opens an endpoint, binds one CQ for transmit and receive and the AV,
+    /// and enables it.
+    pub fn open(
+        domain: &Arc<Domain>,
+        info: Info<'_>,
+        cq: &Arc<CompletionQueue>,
+        av: &Arc<AddressVector>,
+    ) -> Result<Endpoint, FiError> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: domain and info are valid; `raw` receives the endpoint.
+        check("fi_endpoint", unsafe {
+            sys::fi_endpoint(domain.raw, info.raw(), &mut raw, ptr::null_mut())
+        })?;
+        let ep = Endpoint {
+            raw,
+            _cq: cq.clone(),
+            _av: av.clone(),
+            _domain: domain.clone(),
+        };
+        // SAFETY: ep, cq and av are live handles of the same domain.
+        unsafe {
+            check(
+                "fi_ep_bind(cq)",
+                sys::fi_ep_bind(
+                    ep.raw,
+                    cq.raw as *mut sys::fid,
+                    (sys::FI_TRANSMIT | sys::FI_RECV) as u64,
+                ),
+            )?;
+            check("fi_ep_bind(av)", sys::fi_ep_bind(ep.raw, av.raw as *mut sys::fid, 0))?;
+            check("fi_enable", sys::fi_enable(ep.raw))?;
+        }
+        Ok(ep)
+    }
+
+    /// The endpoint's own address, to publish through the modex.
+    pub fn name(&self) -> Result<Vec<u8>, FiError> {
+        let mut buf = vec![0u8; 256];
+        let mut len = buf.len();
+        // SAFETY: `buf` is writable for `len` bytes; fi_getname updates len.
+        let mut r = unsafe {
+            sys::fi_getname(self.raw as *mut sys::fid, buf.as_mut_ptr() as *mut c_void, &mut len)
+        };
+        if r == -(sys::FI_ETOOSMALL as i32) {
+            buf.resize(len, 0);
+            // SAFETY: as above with the size the provider asked for.
+            r = unsafe {
+                sys::fi_getname(self.raw as *mut sys::fid, buf.as_mut_ptr() as *mut c_void, &mut len)
+            };
+        }
+        check("fi_getname", r)?;
+        buf.truncate(len);
+        Ok(buf)
+    }
+
+    pub fn raw(&self) -> *mut sys::fid_ep {
+        self.raw
+    }
+}
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        close_fid(self.raw as *mut sys::fid, "endpoint");
+    }
+}
+
+/// A registered memory region.
+pub struct MemoryRegion {
+    raw: *mut sys::fid_mr,
+    _domain: Arc<Domain>,
+}
+// SAFETY: serialised by the engine's lock, as for Domain.
+unsafe impl Send for MemoryRegion {}
+// SAFETY: see above.
+unsafe impl Sync for MemoryRegion {}
+
+impl MemoryRegion {
+    /// Registers `[addr, addr+len)` with `access` flags. With FI_MR_ENDPOINT
+    /// the region is bound to `ep` and enabled, as that mode requires.
+    ///
+    /// # Safety
+    /// The memory must stay valid until the region is dropped.
+    pub unsafe fn register(
+        domain: &Arc<Domain>,
+        addr: *const u8,
+        len: usize,
+        access: u64,
+        requested_key: u64,
+        bind_ep: Option<&Endpoint>,
+    ) -> Result<MemoryRegion, FiError> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: caller guarantees the buffer's lifetime; domain is live.
+        check("fi_mr_reg", unsafe {
+            sys::fi_mr_reg(
+                domain.raw,
+                addr as *const c_void,
+                len,
+                access,
+                0,
+                requested_key,
+                0,
+                &mut raw,
+                ptr::null_mut(),
+            )
+        })?;
+        let mr = MemoryRegion {
+            raw,
+            _domain: domain.clone(),
+        };
+        if let Some(ep) = bind_ep {
+            // SAFETY: the MR and endpoint are live and of the same domain.
+            unsafe {
+                check("fi_mr_bind", sys::fi_mr_bind(mr.raw, ep.raw as *mut sys::fid, 0))?;
+                check("fi_mr_enable", sys::fi_mr_enable(mr.raw))?;
+            }
+        }
+        Ok(mr)
+    }
+
+    pub fn desc(&self) -> *mut c_void {
+        // SAFETY: the MR is live.
+        unsafe { sys::fi_mr_desc(self.raw) }
+    }
+
+    pub fn key(&self) -> u64 {
+        // SAFETY: the MR is live.
+        unsafe { sys::fi_mr_key(self.raw) }
+    }
+}
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        close_fid(self.raw as *mut sys::fid, "mr");
+    }
+}
+
+/// Copies a Rust string into a C string, replacing interior NULs.
+pub fn c_string(s: &str) -> CString {
+    CString::new(s.replace('\0', " ")).unwrap_or_default()
+}

@@ -1,0 +1,574 @@
+//! The C boundary: every function the shim calls, each behind a panic
+//! guard. This is the only module that converts between C and Rust values.
+//!
+//! Return convention: 0 for success, a negative value for an error (the
+//! shim maps it to an Open MPI error code; the message has already been
+//! printed).
+
+use crate::config::{self, RawParams};
+use crate::engine::{Completion, Engine, MessageHandle, ProbeInfo, Status};
+use crate::fabric::{Hints, InfoList};
+use crate::matching::Selector;
+use crate::request::{ReqPtr, Request, RustofiReqHead, REQUEST_EXTRA};
+use std::cell::RefCell;
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::time::Duration;
+
+/// MCA parameter values and process identity, filled by the shim.
+#[repr(C)]
+pub struct RustofiConfig {
+    pub provider_include: *const c_char,
+    pub include_set: bool,
+    pub provider_exclude: *const c_char,
+    pub exclude_set: bool,
+    pub eager_limit: i64,
+    pub rndv_protocol: *const c_char,
+    pub rndv_chunk_size: i64,
+    pub rx_buffers: i64,
+    pub verbose: i64,
+    pub fault_inject: *const c_char,
+    /// The user selected this component by name (`--mca mtl rustofi`).
+    pub named: bool,
+    /// This process's name (jobid << 32 | vpid).
+    pub my_name: u64,
+    /// This process's rank in MPI_COMM_WORLD, for messages.
+    pub rank: i64,
+}
+
+/// Completion entry points of the shim.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct RustofiCallbacks {
+    /// A receive finished: source, tag, bytes written, status (0 ok,
+    /// 1 truncated, 2 failed).
+    pub recv_complete: Option<unsafe extern "C" fn(*mut RustofiReqHead, i32, i32, usize, c_int)>,
+    /// A send finished with a status (0 ok, 2 failed).
+    pub send_complete: Option<unsafe extern "C" fn(*mut RustofiReqHead, c_int)>,
+    /// A receive was cancelled.
+    pub cancel_complete: Option<unsafe extern "C" fn(*mut RustofiReqHead)>,
+}
+
+/// Envelope reported by a probe.
+#[repr(C)]
+pub struct RustofiStatus {
+    pub source: i32,
+    pub tag: i32,
+    pub count: u64,
+}
+
+struct Component {
+    engine: Engine,
+    cb: RustofiCallbacks,
+    rank: i64,
+}
+
+static COMPONENT: AtomicPtr<Component> = AtomicPtr::new(ptr::null_mut());
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<Completion>> = const { RefCell::new(Vec::new()) };
+}
+
+const ERR: c_int = -1;
+
+/// Runs `f`, turning a panic into an error code and a message.
+fn guard(what: &str, f: impl FnOnce() -> c_int) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            crate::log::error(&format!("internal error in {what}: {msg}"));
+            ERR
+        }
+    }
+}
+
+fn component() -> Option<&'static Component> {
+    let p = COMPONENT.load(Ordering::Acquire);
+    // SAFETY: the pointer is either null or a leaked Box that stays alive
+    // until rustofi_finalize, which MPI guarantees runs after every other
+    // call into the MTL has returned.
+    unsafe { p.as_ref() }
+}
+
+/// Runs an engine operation, then delivers the completions it produced
+/// with the engine lock released.
+fn with_engine(what: &str, f: impl FnOnce(&Engine, &mut Vec<Completion>) -> c_int) -> c_int {
+    guard(what, || {
+        let Some(c) = component() else {
+            crate::log::error(&format!("{what} called before initialisation"));
+            return ERR;
+        };
+        let mut out = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        let r = f(&c.engine, &mut out);
+        deliver(c, &mut out);
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.capacity() < out.capacity() {
+                *s = out;
+            }
+        });
+        r
+    })
+}
+
+fn deliver(c: &Component, out: &mut Vec<Completion>) {
+    for comp in out.drain(..) {
+        // SAFETY: each request pointer came from the shim for an operation
+        // that is now complete; the callbacks are the shim's functions.
+        unsafe {
+            match comp {
+                Completion::Recv {
+                    req,
+                    src,
+                    tag,
+                    bytes,
+                    status,
+                } => {
+                    if let Some(f) = c.cb.recv_complete {
+                        f(req.0 as *mut RustofiReqHead, src, tag, bytes, status as c_int)
+                    }
+                }
+                Completion::Send { req, status } => {
+                    if let Some(f) = c.cb.send_complete {
+                        f(req.0 as *mut RustofiReqHead, status as c_int)
+                    }
+                }
+                Completion::Cancelled { req } => {
+                    if let Some(f) = c.cb.cancel_complete {
+                        f(req.0 as *mut RustofiReqHead)
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn opt_str<'a>(p: *const c_char) -> Option<&'a str> {
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: the shim passes NUL-terminated MCA strings that outlive
+        // the init call.
+        unsafe { CStr::from_ptr(p) }.to_str().ok()
+    }
+}
+
+/// Bytes the PML reserves after `mca_mtl_request_t` for each request.
+#[no_mangle]
+pub extern "C" fn rustofi_request_extra() -> usize {
+    REQUEST_EXTRA
+}
+
+/// Size of the C-visible request head, for the shim's layout assertion.
+#[no_mangle]
+pub extern "C" fn rustofi_request_head_size() -> usize {
+    std::mem::size_of::<RustofiReqHead>()
+}
+
+/// Validates the parameters, selects a provider and opens it. Returns 0 on
+/// success and 1 if the component declines (the reason is printed when it
+/// comes from the user's settings, or with `verbose`).
+///
+/// # Safety
+/// `cfg` and `cb` must point to valid structures.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_init(
+    cfg: *const RustofiConfig,
+    cb: *const RustofiCallbacks,
+) -> c_int {
+    guard("rustofi_init", || {
+        // SAFETY: per the function contract.
+        let (cfg, cb) = unsafe { (&*cfg, *cb) };
+        let raw = RawParams {
+            include: opt_str(cfg.provider_include),
+            include_set: cfg.include_set,
+            exclude: opt_str(cfg.provider_exclude),
+            exclude_set: cfg.exclude_set,
+            eager_limit: cfg.eager_limit,
+            rndv_protocol: opt_str(cfg.rndv_protocol),
+            chunk: cfg.rndv_chunk_size,
+            rx_buffers: cfg.rx_buffers,
+            verbose: cfg.verbose,
+            fault_inject: opt_str(cfg.fault_inject),
+            named: cfg.named,
+        };
+        let settings = match config::validate(&raw) {
+            Ok(s) => s,
+            Err(e) => {
+                crate::log::error(&format!("{e}; the component is disabled"));
+                return 1;
+            }
+        };
+        let list = match InfoList::query(Hints { want_rma: true })
+            .or_else(|_| InfoList::query(Hints { want_rma: false }))
+        {
+            Ok(l) => l,
+            Err(e) => {
+                if settings.explicit || settings.verbose > 0 {
+                    crate::log::error(&format!(
+                        "no libfabric provider offers reliable datagram endpoints ({e}); \
+                         the component is disabled"
+                    ));
+                }
+                return 1;
+            }
+        };
+        let names: Vec<String> = list.iter().map(|i| i.provider()).collect();
+        let index = match config::select_provider(&names, &settings) {
+            Ok(i) => i,
+            Err(e) => {
+                // Only a user's explicit choice warrants a message; a default
+                // run on a machine without a fabric declines quietly.
+                if settings.explicit || !settings.include.is_empty() || settings.verbose > 0 {
+                    crate::log::error(&format!("{e}; the component is disabled"));
+                }
+                return 1;
+            }
+        };
+        let verbose = settings.verbose;
+        let engine = match Engine::open(list, index, settings, cfg.my_name) {
+            Ok(e) => e,
+            Err(e) => {
+                crate::log::error(&format!(
+                    "cannot open provider {}: {}; the component is disabled",
+                    names[index], e.0
+                ));
+                return 1;
+            }
+        };
+        if verbose > 1 {
+            crate::log::info(&format!(
+                "rustofi: rank={} provider={} rma={} rndv={} caps={:?}",
+                cfg.rank,
+                engine.provider,
+                engine.caps.rma,
+                if engine.rndv_uses_read() { "read" } else { "send" },
+                engine.caps
+            ));
+        }
+        let comp = Box::new(Component {
+            engine,
+            cb,
+            rank: cfg.rank,
+        });
+        let old = COMPONENT.swap(Box::into_raw(comp), Ordering::AcqRel);
+        if !old.is_null() {
+            // SAFETY: a previous instance that was never finalised.
+            drop(unsafe { Box::from_raw(old) });
+        }
+        0
+    })
+}
+
+/// Copies the local endpoint name into `buf` (capacity `*len`); sets `*len`.
+///
+/// # Safety
+/// `buf` must be writable for `*len` bytes; `len` must be valid.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_endpoint_name(buf: *mut u8, len: *mut usize) -> c_int {
+    with_engine("rustofi_endpoint_name", |e, _| match e.local_name() {
+        Ok(name) => {
+            // SAFETY: per the function contract.
+            let cap = unsafe { *len };
+            if name.len() > cap {
+                crate::log::error("endpoint name larger than the shim's buffer");
+                return ERR;
+            }
+            // SAFETY: checked the capacity above.
+            unsafe {
+                ptr::copy_nonoverlapping(name.as_ptr(), buf, name.len());
+                *len = name.len();
+            }
+            0
+        }
+        Err(err) => {
+            crate::log::error(&err.0);
+            ERR
+        }
+    })
+}
+
+/// Provider name as a NUL-terminated string in `buf` of `len` bytes.
+///
+/// # Safety
+/// `buf` must be writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_provider_name(buf: *mut c_char, len: usize) -> c_int {
+    with_engine("rustofi_provider_name", |e, _| {
+        let n = e.provider.len().min(len.saturating_sub(1));
+        // SAFETY: n + 1 <= len.
+        unsafe {
+            ptr::copy_nonoverlapping(e.provider.as_ptr() as *const c_char, buf, n);
+            *buf.add(n) = 0;
+        }
+        0
+    })
+}
+
+/// Adds a peer from its modex data; returns its handle (> 0) or 0 on error.
+///
+/// # Safety
+/// `addr` must be readable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_add_peer(name: u64, addr: *const u8, len: usize) -> usize {
+    let mut handle = 0usize;
+    let r = with_engine("rustofi_add_peer", |e, _| {
+        // SAFETY: per the function contract.
+        let bytes = unsafe { std::slice::from_raw_parts(addr, len) };
+        match e.add_peer(name, bytes) {
+            Ok(h) => {
+                handle = h;
+                0
+            }
+            Err(err) => {
+                crate::log::error(&format!("cannot add peer 0x{name:x}: {}", err.0));
+                ERR
+            }
+        }
+    });
+    if r == 0 {
+        handle
+    } else {
+        0
+    }
+}
+
+/// Drains the completion queue; returns the number of events handled.
+#[no_mangle]
+pub extern "C" fn rustofi_progress() -> c_int {
+    with_engine("rustofi_progress", |e, out| e.progress(out) as c_int)
+}
+
+fn report(r: Result<(), crate::engine::EngineError>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            crate::log::error(&e.0);
+            ERR
+        }
+    }
+}
+
+/// Starts a send of `len` contiguous bytes.
+///
+/// # Safety
+/// `buf` must stay readable for `len` bytes and `req` must point at a
+/// request of `sizeof(mca_mtl_request_t) + rustofi_request_extra()` bytes,
+/// both until the send completes.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn rustofi_isend(
+    peer: usize,
+    ctx: u32,
+    my_rank: i32,
+    tag: i32,
+    buf: *const c_void,
+    len: usize,
+    sync: bool,
+    req: *mut RustofiReqHead,
+) -> c_int {
+    with_engine("rustofi_isend", |e, out| {
+        report(e.isend(
+            peer,
+            ctx,
+            my_rank,
+            tag,
+            buf as *const u8,
+            len,
+            sync,
+            ReqPtr(req as *mut Request),
+            out,
+        ))
+    })
+}
+
+/// Posts a receive into `len` contiguous bytes at `buf`.
+///
+/// # Safety
+/// As for `rustofi_isend`, with `buf` writable.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_irecv(
+    ctx: u32,
+    src: i32,
+    tag: i32,
+    buf: *mut c_void,
+    len: usize,
+    req: *mut RustofiReqHead,
+) -> c_int {
+    with_engine("rustofi_irecv", |e, out| {
+        report(e.irecv(
+            Selector::from_mpi(ctx, src, tag),
+            buf as *mut u8,
+            len,
+            ReqPtr(req as *mut Request),
+            out,
+        ))
+    })
+}
+
+fn fill_status(st: *mut RustofiStatus, p: &ProbeInfo) {
+    if !st.is_null() {
+        // SAFETY: the shim passes a valid status pointer or NULL.
+        unsafe {
+            *st = RustofiStatus {
+                source: p.src,
+                tag: p.tag,
+                count: p.len,
+            }
+        };
+    }
+}
+
+/// Non-blocking probe. Sets `*flag` to 1 and fills `status` if a message
+/// matches.
+///
+/// # Safety
+/// `flag` must be valid; `status` valid or NULL.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_iprobe(
+    ctx: u32,
+    src: i32,
+    tag: i32,
+    flag: *mut c_int,
+    status: *mut RustofiStatus,
+) -> c_int {
+    with_engine("rustofi_iprobe", |e, out| {
+        match e.iprobe(Selector::from_mpi(ctx, src, tag), out) {
+            Ok(found) => {
+                // SAFETY: per the function contract.
+                unsafe { *flag = found.is_some() as c_int };
+                if let Some(p) = found {
+                    fill_status(status, &p);
+                }
+                0
+            }
+            Err(err) => {
+                crate::log::error(&err.0);
+                ERR
+            }
+        }
+    })
+}
+
+/// Matched probe: removes a matching message and returns it in `*msg`.
+///
+/// # Safety
+/// `flag` and `msg` must be valid; `status` valid or NULL.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_improbe(
+    ctx: u32,
+    src: i32,
+    tag: i32,
+    flag: *mut c_int,
+    status: *mut RustofiStatus,
+    msg: *mut *mut c_void,
+) -> c_int {
+    with_engine("rustofi_improbe", |e, out| {
+        match e.improbe(Selector::from_mpi(ctx, src, tag), out) {
+            Ok(found) => {
+                // SAFETY: per the function contract.
+                unsafe {
+                    *flag = found.is_some() as c_int;
+                    *msg = ptr::null_mut();
+                }
+                if let Some((p, h)) = found {
+                    fill_status(status, &p);
+                    // SAFETY: per the function contract.
+                    unsafe { *msg = h.0 };
+                }
+                0
+            }
+            Err(err) => {
+                crate::log::error(&err.0);
+                ERR
+            }
+        }
+    })
+}
+
+/// Receives a message returned by `rustofi_improbe`.
+///
+/// # Safety
+/// `msg` must come from `rustofi_improbe` and be used once; the rest as
+/// for `rustofi_irecv`.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_imrecv(
+    msg: *mut c_void,
+    buf: *mut c_void,
+    len: usize,
+    req: *mut RustofiReqHead,
+) -> c_int {
+    with_engine("rustofi_imrecv", |e, out| {
+        // SAFETY: per the function contract.
+        report(unsafe {
+            e.imrecv(
+                MessageHandle(msg),
+                buf as *mut u8,
+                len,
+                ReqPtr(req as *mut Request),
+                out,
+            )
+        })
+    })
+}
+
+/// Cancels a posted receive. Returns 1 if cancelled (the cancel callback
+/// has run), 0 if it had already matched.
+///
+/// # Safety
+/// `req` must be a receive request started by `rustofi_irecv`.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_cancel(req: *mut RustofiReqHead) -> c_int {
+    with_engine("rustofi_cancel", |e, out| {
+        match e.cancel(ReqPtr(req as *mut Request), out) {
+            Ok(c) => c as c_int,
+            Err(err) => {
+                crate::log::error(&err.0);
+                ERR
+            }
+        }
+    })
+}
+
+/// Flushes outstanding sends, prints counters when `verbose >= 1`, and
+/// closes every libfabric resource.
+#[no_mangle]
+pub extern "C" fn rustofi_finalize() -> c_int {
+    guard("rustofi_finalize", || {
+        let p = COMPONENT.load(Ordering::Acquire);
+        if p.is_null() {
+            return 0;
+        }
+        // SAFETY: non-null pointers in COMPONENT are leaked Boxes.
+        let c = unsafe { &*p };
+        let mut out = Vec::new();
+        let drained = c.engine.quiesce(Duration::from_secs(10), &mut out);
+        deliver(c, &mut out);
+        if !drained {
+            crate::log::error("finalize: some transfers did not complete within 10 s");
+        }
+        if c.engine.settings.verbose >= 1 {
+            crate::log::info(&c.engine.stats_line(c.rank));
+        }
+        COMPONENT.store(ptr::null_mut(), Ordering::Release);
+        // SAFETY: the pointer was a leaked Box and is no longer reachable.
+        drop(unsafe { Box::from_raw(p) });
+        0
+    })
+}
+
+/// Status codes passed to `recv_complete`/`send_complete`.
+pub const STATUS_OK: c_int = 0;
+pub const STATUS_TRUNCATED: c_int = 1;
+pub const STATUS_FAILED: c_int = 2;
+const _: () = assert!(STATUS_OK == Status::Ok as c_int);
+const _: () = assert!(STATUS_TRUNCATED == Status::Truncated as c_int);
+const _: () = assert!(STATUS_FAILED == Status::Failed as c_int);

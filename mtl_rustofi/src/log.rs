@@ -1,0 +1,32 @@
+//! Messages for the user, written to stderr with the host and process id so
+//! that lines from many ranks can be told apart.
+
+use std::io::Write;
+use std::sync::OnceLock;
+
+fn prefix() -> &'static str {
+    static PREFIX: OnceLock<String> = OnceLock::new();
+    PREFIX.get_or_init(|| {
+        let mut host = [0u8; 256];
+        // SAFETY: gethostname writes at most host.len() bytes into `host`.
+        let ok = unsafe { libc::gethostname(host.as_mut_ptr() as *mut libc::c_char, host.len()) } == 0;
+        let end = host.iter().position(|&b| b == 0).unwrap_or(host.len());
+        let host = if ok {
+            String::from_utf8_lossy(&host[..end]).into_owned()
+        } else {
+            "?".into()
+        };
+        format!("[{host}:{}]", std::process::id())
+    })
+}
+
+/// An error the user should see (always printed).
+pub fn error(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{} mtl_rustofi: error: {msg}", prefix());
+    tracing::error!("{msg}");
+}
+
+/// An informational line (printed by callers that checked `verbose`).
+pub fn info(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}

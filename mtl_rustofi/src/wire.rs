@@ -1,0 +1,313 @@
+//! Wire protocol: the header every rustofi packet starts with.
+//!
+//! All integers are little-endian. Layout of the 48-byte base header:
+//!
+//! | off | size | field                                          |
+//! |-----|------|------------------------------------------------|
+//! | 0   | 1    | magic `0xR0` (`MAGIC`)                         |
+//! | 1   | 1    | kind (`Kind`)                                  |
+//! | 2   | 1    | flags (`FLAG_*`)                               |
+//! | 3   | 1    | protocol version (`VERSION`)                   |
+//! | 4   | 4    | communicator context id                        |
+//! | 8   | 4    | source rank in that communicator               |
+//! | 12  | 4    | tag                                            |
+//! | 16  | 4    | per-peer sequence number (matchable kinds)     |
+//! | 20  | 4    | status (FIN: 0 ok, else an error code)          |
+//! | 24  | 8    | sender's process name (jobid << 32 | vpid)     |
+//! | 32  | 8    | message length in bytes                        |
+//! | 40  | 8    | cookie: the sender's request token             |
+//!
+//! `Rts` and `Cts` carry 16 more bytes: (remote address, RMA key) for a
+//! read rendezvous, (data tag, granted length) for a CTS. `Eager` is
+//! followed by exactly `len` payload bytes.
+
+pub const MAGIC: u8 = 0xA7;
+pub const VERSION: u8 = 1;
+pub const BASE_LEN: usize = 48;
+pub const EXT_LEN: usize = 64;
+
+/// The sender waits for the receiver's match (MPI_Ssend).
+pub const FLAG_SYNC: u8 = 1;
+/// Rendezvous by send (CTS + tagged data) instead of RMA read.
+pub const FLAG_RNDV_SEND: u8 = 2;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// Matchable message with its payload inline.
+    Eager = 1,
+    /// Matchable rendezvous request-to-send.
+    Rts = 2,
+    /// Receiver → sender: data may be sent with this tag.
+    Cts = 3,
+    /// Receiver → sender: the RMA read is done; release the buffer.
+    Fin = 4,
+    /// Receiver → sender: a synchronous eager send was matched.
+    SyncAck = 5,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Eager,
+            2 => Kind::Rts,
+            3 => Kind::Cts,
+            4 => Kind::Fin,
+            5 => Kind::SyncAck,
+            _ => return None,
+        })
+    }
+
+    /// Whether this kind takes part in MPI matching (and so carries a
+    /// per-peer sequence number).
+    pub fn matchable(self) -> bool {
+        matches!(self, Kind::Eager | Kind::Rts)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub kind: Kind,
+    pub flags: u8,
+    pub ctx: u32,
+    pub src: i32,
+    pub tag: i32,
+    pub seq: u32,
+    pub status: u32,
+    pub sender: u64,
+    pub len: u64,
+    pub cookie: u64,
+    /// RTS: remote address; CTS: data tag.
+    pub ext0: u64,
+    /// RTS: RMA key; CTS: granted length.
+    pub ext1: u64,
+}
+
+/// Why a packet was rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    Short(usize),
+    BadMagic(u8),
+    BadVersion(u8),
+    BadKind(u8),
+    LengthMismatch { kind: Kind, got: usize, want: u64 },
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::Short(n) => write!(f, "packet of {n} bytes is shorter than a header"),
+            DecodeError::BadMagic(m) => write!(f, "bad magic byte 0x{m:02x}"),
+            DecodeError::BadVersion(v) => write!(f, "unsupported protocol version {v}"),
+            DecodeError::BadKind(k) => write!(f, "unknown packet kind {k}"),
+            DecodeError::LengthMismatch { kind, got, want } => {
+                write!(f, "{kind:?} packet of {got} bytes, header implies {want}")
+            }
+        }
+    }
+}
+
+impl Header {
+    pub fn new(kind: Kind) -> Header {
+        Header {
+            kind,
+            flags: 0,
+            ctx: 0,
+            src: 0,
+            tag: 0,
+            seq: 0,
+            status: 0,
+            sender: 0,
+            len: 0,
+            cookie: 0,
+            ext0: 0,
+            ext1: 0,
+        }
+    }
+
+    /// Bytes this header occupies on the wire.
+    pub fn wire_len(&self) -> usize {
+        match self.kind {
+            Kind::Rts | Kind::Cts => EXT_LEN,
+            _ => BASE_LEN,
+        }
+    }
+
+    /// Writes the header into the front of `buf` and returns its length.
+    /// Panics if `buf` is shorter than `wire_len()`.
+    pub fn encode(&self, buf: &mut [u8]) -> usize {
+        let n = self.wire_len();
+        let b = &mut buf[..n];
+        b[0] = MAGIC;
+        b[1] = self.kind as u8;
+        b[2] = self.flags;
+        b[3] = VERSION;
+        b[4..8].copy_from_slice(&self.ctx.to_le_bytes());
+        b[8..12].copy_from_slice(&self.src.to_le_bytes());
+        b[12..16].copy_from_slice(&self.tag.to_le_bytes());
+        b[16..20].copy_from_slice(&self.seq.to_le_bytes());
+        b[20..24].copy_from_slice(&self.status.to_le_bytes());
+        b[24..32].copy_from_slice(&self.sender.to_le_bytes());
+        b[32..40].copy_from_slice(&self.len.to_le_bytes());
+        b[40..48].copy_from_slice(&self.cookie.to_le_bytes());
+        if n == EXT_LEN {
+            b[48..56].copy_from_slice(&self.ext0.to_le_bytes());
+            b[56..64].copy_from_slice(&self.ext1.to_le_bytes());
+        }
+        n
+    }
+
+    /// Parses and validates a received packet of `pkt.len()` bytes. For an
+    /// `Eager` packet the payload is `pkt[BASE_LEN..]` and its length must
+    /// equal the header's `len`.
+    pub fn decode(pkt: &[u8]) -> Result<Header, DecodeError> {
+        if pkt.len() < BASE_LEN {
+            return Err(DecodeError::Short(pkt.len()));
+        }
+        if pkt[0] != MAGIC {
+            return Err(DecodeError::BadMagic(pkt[0]));
+        }
+        if pkt[3] != VERSION {
+            return Err(DecodeError::BadVersion(pkt[3]));
+        }
+        let kind = Kind::from_u8(pkt[1]).ok_or(DecodeError::BadKind(pkt[1]))?;
+        let u32_at = |o: usize| u32::from_le_bytes(pkt[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(pkt[o..o + 8].try_into().unwrap());
+        let mut h = Header {
+            kind,
+            flags: pkt[2],
+            ctx: u32_at(4),
+            src: u32_at(8) as i32,
+            tag: u32_at(12) as i32,
+            seq: u32_at(16),
+            status: u32_at(20),
+            sender: u64_at(24),
+            len: u64_at(32),
+            cookie: u64_at(40),
+            ext0: 0,
+            ext1: 0,
+        };
+        let want = match kind {
+            Kind::Eager => (BASE_LEN as u64).checked_add(h.len),
+            Kind::Rts | Kind::Cts => Some(EXT_LEN as u64),
+            Kind::Fin | Kind::SyncAck => Some(BASE_LEN as u64),
+        };
+        if want != Some(pkt.len() as u64) {
+            return Err(DecodeError::LengthMismatch {
+                kind,
+                got: pkt.len(),
+                want: want.unwrap_or(u64::MAX),
+            });
+        }
+        if h.wire_len() == EXT_LEN {
+            h.ext0 = u64_at(48);
+            h.ext1 = u64_at(56);
+        }
+        Ok(h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(kind: Kind) -> Header {
+        Header {
+            kind,
+            flags: FLAG_SYNC,
+            ctx: 0xdead_beef,
+            src: 7,
+            tag: -17,
+            seq: u32::MAX,
+            status: 3,
+            sender: 0x1234_5678_9abc_def0,
+            len: 5,
+            cookie: 42,
+            ext0: 0,
+            ext1: 0,
+        }
+    }
+
+    #[test]
+    fn eager_roundtrip_with_payload() {
+        let h = sample(Kind::Eager);
+        let mut buf = vec![0u8; BASE_LEN + 5];
+        assert_eq!(h.encode(&mut buf), BASE_LEN);
+        buf[BASE_LEN..].copy_from_slice(b"hello");
+        assert_eq!(Header::decode(&buf), Ok(h));
+    }
+
+    #[test]
+    fn rts_and_cts_carry_extension() {
+        for kind in [Kind::Rts, Kind::Cts] {
+            let mut h = sample(kind);
+            h.len = 1 << 40;
+            h.ext0 = 0xffff_0000_1111_2222;
+            h.ext1 = 99;
+            let mut buf = vec![0u8; EXT_LEN];
+            assert_eq!(h.encode(&mut buf), EXT_LEN);
+            assert_eq!(Header::decode(&buf), Ok(h));
+        }
+    }
+
+    #[test]
+    fn control_kinds_roundtrip() {
+        for kind in [Kind::Fin, Kind::SyncAck] {
+            let h = sample(kind);
+            let mut buf = vec![0u8; BASE_LEN];
+            h.encode(&mut buf);
+            assert_eq!(Header::decode(&buf), Ok(h));
+        }
+    }
+
+    #[test]
+    fn rejects_malformed_packets() {
+        let h = sample(Kind::Eager);
+        let mut buf = vec![0u8; BASE_LEN + 5];
+        h.encode(&mut buf);
+        assert_eq!(Header::decode(&buf[..10]), Err(DecodeError::Short(10)));
+        // payload shorter / longer than the header says
+        assert!(matches!(
+            Header::decode(&buf[..BASE_LEN + 4]),
+            Err(DecodeError::LengthMismatch { .. })
+        ));
+        let mut longer = buf.clone();
+        longer.push(0);
+        assert!(matches!(
+            Header::decode(&longer),
+            Err(DecodeError::LengthMismatch { .. })
+        ));
+        let mut bad = buf.clone();
+        bad[0] = 0;
+        assert_eq!(Header::decode(&bad), Err(DecodeError::BadMagic(0)));
+        let mut bad = buf.clone();
+        bad[1] = 77;
+        assert_eq!(Header::decode(&bad), Err(DecodeError::BadKind(77)));
+        let mut bad = buf.clone();
+        bad[3] = 9;
+        assert_eq!(Header::decode(&bad), Err(DecodeError::BadVersion(9)));
+        // a length that overflows when added to the header size
+        let mut huge = sample(Kind::Eager);
+        huge.len = u64::MAX;
+        let mut b = vec![0u8; BASE_LEN];
+        huge.encode(&mut b);
+        assert!(Header::decode(&b).is_err());
+    }
+
+    #[test]
+    fn decode_never_panics_on_arbitrary_bytes() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 80) as usize;
+            let mut pkt: Vec<u8> = (0..len).map(|i| (x >> (i % 56)) as u8).collect();
+            if len > 3 && x & 1 == 0 {
+                pkt[0] = MAGIC;
+                pkt[3] = VERSION;
+            }
+            let _ = Header::decode(&pkt);
+        }
+    }
+}
