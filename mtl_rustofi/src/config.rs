@@ -145,6 +145,38 @@ pub fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     })
 }
 
+/// Numeric parameters whose raw text is checked by [`check_numeric`].
+pub const NUMERIC_PARAMS: &[&str] = &[
+    "priority",
+    "eager_limit",
+    "verbose",
+    "rndv_chunk_size",
+    "rx_buffers",
+];
+
+/// Open MPI parses integers leniently ("abc" reads as 0, "12x" as 12). This
+/// accepts what a user can mean: an optional sign, decimal, 0x-hex or octal
+/// digits, and one optional k/m/g suffix.
+pub fn check_numeric(name: &str, raw: &str) -> Result<(), String> {
+    let t = raw.trim();
+    let body = t.strip_prefix(['-', '+']).unwrap_or(t);
+    let body = body
+        .strip_suffix(['k', 'K', 'm', 'M', 'g', 'G'])
+        .unwrap_or(body);
+    let ok = if let Some(hex) = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
+        !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit())
+    } else {
+        !body.is_empty() && body.chars().all(|c| c.is_ascii_digit())
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "mtl_rustofi_{name} = '{raw}' is not a number (use digits with an optional k, m or g suffix)"
+        ))
+    }
+}
+
 /// Whether a user-supplied provider name designates `prov` (a libfabric
 /// `prov_name` such as `tcp;ofi_rxm`): it matches the whole name or any of
 /// its `;`-separated layers, case-insensitively.
@@ -310,6 +342,17 @@ mod tests {
             f(&mut p);
             let e = validate(&p).unwrap_err();
             assert!(e.contains(&format!("mtl_rustofi_{name}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn numeric_text_is_checked() {
+        for good in ["0", "8192", "-5", "64k", "1M", "0x1000", "2g"] {
+            assert!(check_numeric("eager_limit", good).is_ok(), "{good}");
+        }
+        for bad in ["abc", "", "12x", "k", "1.5", "0x"] {
+            let e = check_numeric("eager_limit", bad).unwrap_err();
+            assert!(e.contains("mtl_rustofi_eager_limit"), "{e}");
         }
     }
 

@@ -126,6 +126,10 @@ struct TxBuf {
 #[derive(Clone, Copy, Debug)]
 enum TxFollowUp {
     None,
+    /// A protocol control packet (CTS, FIN, ack): resent after a failure
+    /// (a reliable provider re-establishes a broken connection), this many
+    /// more times.
+    Resend(u8),
     /// A synchronous eager send waiting for its ack.
     Sync(u64),
     /// A rendezvous send waiting for FIN/CTS.
@@ -225,6 +229,8 @@ struct RecvRndv {
     mr: Option<MemoryRegion>,
 }
 
+/// Resends of a failed control packet.
+const CTRL_RESENDS: u8 = 3;
 /// Most reads in flight per rendezvous.
 const READS_IN_FLIGHT: usize = 8;
 /// Tagged-data tags are `rndv id << CHUNK_BITS | chunk index`.
@@ -570,7 +576,7 @@ impl Engine {
         let n = hdr.encode(&mut b.mem);
         b.len = n;
         b.dest = st.peers[peer].addr;
-        b.on_error = TxFollowUp::None;
+        b.on_error = TxFollowUp::Resend(CTRL_RESENDS);
         self.post_tx(st, b)
     }
 
@@ -1294,11 +1300,21 @@ impl Engine {
     fn tx_failed(&self, st: &mut State, raw: *mut TxBuf, why: &str, out: &mut Vec<Completion>) {
         // SAFETY: the buffer is ours again after an error completion or a
         // rejected post.
-        let b = unsafe { Box::from_raw(raw) };
+        let mut b = unsafe { Box::from_raw(raw) };
         self.stats.errors.fetch_add(1, Relaxed);
-        self.error(&format!("send of {} bytes failed: {why}", b.len));
         match b.on_error {
-            TxFollowUp::None => {}
+            TxFollowUp::Resend(n) if n > 0 => {
+                b.on_error = TxFollowUp::Resend(n - 1);
+                self.error(&format!(
+                    "control packet send failed: {why}; resending ({n} attempts left)"
+                ));
+                st.retry.push_back(Retry::Tx(Box::into_raw(b)));
+                return;
+            }
+            _ => self.error(&format!("send of {} bytes failed: {why}", b.len)),
+        }
+        match b.on_error {
+            TxFollowUp::None | TxFollowUp::Resend(_) => {}
             TxFollowUp::Sync(cookie) => {
                 if let Some(req) = st.sync_wait.remove(&cookie) {
                     out.push(Completion::Send {

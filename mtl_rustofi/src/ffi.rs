@@ -200,6 +200,14 @@ pub unsafe extern "C" fn rustofi_init(
             fault_inject: opt_str(cfg.fault_inject),
             named: cfg.named,
         };
+        for name in config::NUMERIC_PARAMS {
+            if let Ok(text) = std::env::var(format!("OMPI_MCA_mtl_rustofi_{name}")) {
+                if let Err(e) = config::check_numeric(name, &text) {
+                    crate::log::error(&format!("{e}; the component is disabled"));
+                    return 1;
+                }
+            }
+        }
         let settings = match config::validate(&raw) {
             Ok(s) => s,
             Err(e) => {
