@@ -37,7 +37,7 @@ fn main() {
         .expect("write fabric bindings");
     cc::Build::new()
         .file(&wrap_c)
-        .include(&root.join("config"))
+        .include(root.join("config"))
         .flag("-include")
         .flag(wrapper.to_str().unwrap())
         .opt_level(2)

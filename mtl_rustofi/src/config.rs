@@ -317,26 +317,46 @@ mod tests {
         let mut p = raw();
         p.include = Some("");
         p.include_set = true;
-        assert!(validate(&p).unwrap_err().contains("mtl_rustofi_provider_include"));
+        assert!(validate(&p)
+            .unwrap_err()
+            .contains("mtl_rustofi_provider_include"));
         let mut p = raw();
         p.include = Some("tcp");
         p.include_set = true;
         p.exclude = Some("udp");
         p.exclude_set = true;
         let e = validate(&p).unwrap_err();
-        assert!(e.contains("mtl_rustofi_provider_include") && e.contains("mtl_rustofi_provider_exclude"));
+        assert!(
+            e.contains("mtl_rustofi_provider_include")
+                && e.contains("mtl_rustofi_provider_exclude")
+        );
     }
 
     #[test]
     fn numeric_values_are_range_checked() {
         for (f, name) in [
-            (Box::new(|p: &mut RawParams| p.eager_limit = -5) as Box<dyn Fn(&mut RawParams)>, "eager_limit"),
-            (Box::new(|p: &mut RawParams| p.eager_limit = MAX_EAGER + 1), "eager_limit"),
-            (Box::new(|p: &mut RawParams| p.chunk = 100), "rndv_chunk_size"),
+            (
+                Box::new(|p: &mut RawParams| p.eager_limit = -5) as Box<dyn Fn(&mut RawParams)>,
+                "eager_limit",
+            ),
+            (
+                Box::new(|p: &mut RawParams| p.eager_limit = MAX_EAGER + 1),
+                "eager_limit",
+            ),
+            (
+                Box::new(|p: &mut RawParams| p.chunk = 100),
+                "rndv_chunk_size",
+            ),
             (Box::new(|p: &mut RawParams| p.rx_buffers = 0), "rx_buffers"),
             (Box::new(|p: &mut RawParams| p.verbose = -1), "verbose"),
-            (Box::new(|p: &mut RawParams| p.rndv_protocol = Some("fast")), "rndv_protocol"),
-            (Box::new(|p: &mut RawParams| p.fault_inject = Some("x")), "fault_inject"),
+            (
+                Box::new(|p: &mut RawParams| p.rndv_protocol = Some("fast")),
+                "rndv_protocol",
+            ),
+            (
+                Box::new(|p: &mut RawParams| p.fault_inject = Some("x")),
+                "fault_inject",
+            ),
         ] {
             let mut p = raw();
             f(&mut p);

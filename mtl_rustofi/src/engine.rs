@@ -241,7 +241,11 @@ struct State {
     matcher: Matcher<ReqPtr, Unexpected>,
     peers: Vec<Peer>,
     by_name: HashMap<u64, usize>,
+    // Boxed: the provider holds the address of each posted buffer, so it
+    // must not move when the vectors grow.
+    #[allow(clippy::vec_box)]
     rx: Vec<Box<RxBuf>>,
+    #[allow(clippy::vec_box)]
     tx_free: Vec<Box<TxBuf>>,
     tx_total: usize,
     retry: VecDeque<Retry>,
@@ -434,7 +438,10 @@ impl Engine {
                 )?);
             }
             self.repost_rx(&mut rx).map_err(|r| {
-                EngineError(format!("fi_recv failed: {}", crate::fabric::strerror(-r as i32)))
+                EngineError(format!(
+                    "fi_recv failed: {}",
+                    crate::fabric::strerror(-r as i32)
+                ))
             })?;
             st.rx.push(rx);
         }
@@ -581,8 +588,12 @@ impl Engine {
     }
 
     /// Starts a send. `sync` requests MPI_Ssend semantics.
+    ///
+    /// # Safety
+    /// `buf` must be readable for `len` bytes and `req` must point at a
+    /// request of our layout, both until the send completes.
     #[allow(clippy::too_many_arguments)]
-    pub fn isend(
+    pub unsafe fn isend(
         &self,
         peer_handle: usize,
         ctx: u32,
@@ -661,7 +672,11 @@ impl Engine {
         let mut mr = None;
         if self.rndv_read {
             let m = self.register(&mut st, buf, len, sys::FI_REMOTE_READ as u64)?;
-            hdr.ext0 = if self.caps.mr_virt_addr { buf as u64 } else { 0 };
+            hdr.ext0 = if self.caps.mr_virt_addr {
+                buf as u64
+            } else {
+                0
+            };
             hdr.ext1 = m.key();
             mr = Some(m);
         } else {
@@ -696,7 +711,11 @@ impl Engine {
     // Receives
 
     /// Posts a receive; may complete at once from the unexpected queue.
-    pub fn irecv(
+    ///
+    /// # Safety
+    /// `buf` must be writable for `cap` bytes and `req` must point at a
+    /// request of our layout, both until the receive completes.
+    pub unsafe fn irecv(
         &self,
         sel: Selector,
         buf: *mut u8,
@@ -747,7 +766,10 @@ impl Engine {
                 tag: env.tag,
                 len: u.len(),
             };
-            (info, MessageHandle(Box::into_raw(Box::new((env, u))) as *mut c_void))
+            (
+                info,
+                MessageHandle(Box::into_raw(Box::new((env, u))) as *mut c_void),
+            )
         }))
     }
 
@@ -837,7 +859,10 @@ impl Engine {
             ack.cookie = cookie;
             ack.sender = self.my_name;
             if let Err(e) = self.send_ctrl(st, peer, &ack) {
-                self.error(&format!("could not acknowledge a synchronous send: {}", e.0));
+                self.error(&format!(
+                    "could not acknowledge a synchronous send: {}",
+                    e.0
+                ));
             }
         }
         self.stats.recv_msgs.fetch_add(1, Relaxed);
@@ -902,40 +927,42 @@ impl Engine {
         }
         if !read && !r.failed {
             // Post every tagged receive, then grant the data.
+            let mut ops = Vec::new();
             let mut off = 0;
-            let mut idx = 0u64;
             while off < want {
                 let n = (want - off).min(self.chunk);
-                self.queue_chunk(
-                    st,
-                    ChunkOp {
-                        ctx: OpCtx {
-                            fi: Default::default(),
-                            kind: OpKind::Chunk,
-                        },
-                        id,
-                        recv_side: true,
-                        op: ChunkKind::TRecv,
-                        // SAFETY: off < want <= cap.
-                        local: unsafe { rs.buf.add(off) },
-                        len: n,
-                        offset: (id << CHUNK_BITS | idx) as usize,
+                ops.push(ChunkOp {
+                    ctx: OpCtx {
+                        fi: Default::default(),
+                        kind: OpKind::Chunk,
                     },
-                );
-                r.outstanding += 1;
+                    id,
+                    recv_side: true,
+                    op: ChunkKind::TRecv,
+                    // SAFETY: off < want <= cap.
+                    local: unsafe { rs.buf.add(off) },
+                    len: n,
+                    offset: ((id << CHUNK_BITS) | ops.len() as u64) as usize,
+                });
                 off += n;
-                idx += 1;
             }
+            r.outstanding = ops.len();
             r.next_off = want;
+            st.rndv_recv.insert(id, r);
+            for op in ops {
+                self.queue_chunk(st, op);
+            }
             let mut cts = Header::new(Kind::Cts);
             cts.cookie = hdr.cookie;
             cts.sender = self.my_name;
             cts.ext0 = id << CHUNK_BITS;
             cts.ext1 = want as u64;
             cts.len = hdr.len;
-            st.rndv_recv.insert(id, r);
             if let Err(e) = self.send_ctrl(st, peer, &cts) {
                 self.error(&format!("could not send a rendezvous grant: {}", e.0));
+            }
+            if want == 0 {
+                self.finish_rndv_recv(st, id, out);
             }
             return Ok(());
         }
@@ -1091,7 +1118,10 @@ impl Engine {
     fn chunk_failed(&self, st: &mut State, raw: *mut ChunkOp, why: &str) {
         // SAFETY: the op is ours again (rejected or completed with error).
         let c = unsafe { Box::from_raw(raw) };
-        self.error(&format!("rendezvous {:?} of {} bytes failed: {why}", c.op, c.len));
+        self.error(&format!(
+            "rendezvous {:?} of {} bytes failed: {why}",
+            c.op, c.len
+        ));
         if c.recv_side {
             if let Some(r) = st.rndv_recv.get_mut(&c.id) {
                 r.failed = true;
@@ -1229,7 +1259,13 @@ impl Engine {
         self.after_chunk_side(st, id_side.0, id_side.1, out);
     }
 
-    fn after_chunk_side(&self, st: &mut State, id: u64, recv_side: bool, out: &mut Vec<Completion>) {
+    fn after_chunk_side(
+        &self,
+        st: &mut State,
+        id: u64,
+        recv_side: bool,
+        out: &mut Vec<Completion>,
+    ) {
         if recv_side {
             let Some(r) = st.rndv_recv.get(&id) else {
                 return;
@@ -1249,7 +1285,13 @@ impl Engine {
         }
     }
 
-    fn finish_rndv_send(&self, st: &mut State, cookie: u64, failed: bool, out: &mut Vec<Completion>) {
+    fn finish_rndv_send(
+        &self,
+        st: &mut State,
+        cookie: u64,
+        failed: bool,
+        out: &mut Vec<Completion>,
+    ) {
         if let Some(s) = st.rndv_send.remove(&cookie) {
             drop(s.mr);
             if failed {
@@ -1267,7 +1309,10 @@ impl Engine {
             return;
         };
         if err.context.is_null() {
-            self.error(&format!("completion error without a context: {}", err.message));
+            self.error(&format!(
+                "completion error without a context: {}",
+                err.message
+            ));
             return;
         }
         // SAFETY: as in handle_completion.

@@ -30,7 +30,13 @@ impl FiError {
 
 impl std::fmt::Display for FiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} failed: {} ({})", self.op, strerror(self.code), self.code)
+        write!(
+            f,
+            "{} failed: {} ({})",
+            self.op,
+            strerror(self.code),
+            self.code
+        )
     }
 }
 
@@ -86,6 +92,32 @@ unsafe impl Sync for InfoList {}
 #[derive(Clone, Copy, Debug)]
 pub struct Hints {
     pub want_rma: bool,
+    /// Ask for FI_PROGRESS_MANUAL (EFA's mode; it also keeps providers
+    /// from starting progress threads that compete with the ranks for
+    /// cores).
+    pub manual_progress: bool,
+}
+
+impl Hints {
+    /// What to ask for, most capable first.
+    pub const PREFERENCE: [Hints; 4] = [
+        Hints {
+            want_rma: true,
+            manual_progress: true,
+        },
+        Hints {
+            want_rma: false,
+            manual_progress: true,
+        },
+        Hints {
+            want_rma: true,
+            manual_progress: false,
+        },
+        Hints {
+            want_rma: false,
+            manual_progress: false,
+        },
+    ];
 }
 
 impl InfoList {
@@ -107,7 +139,7 @@ impl InfoList {
                 hi.caps |= (sys::FI_RMA | sys::FI_READ | sys::FI_REMOTE_READ) as u64;
             }
             // We give every operation a struct fi_context2 of our own.
-            hi.mode = sys::FI_CONTEXT as u64 | sys::FI_CONTEXT2;
+            hi.mode = sys::FI_CONTEXT | sys::FI_CONTEXT2;
             (*hi.ep_attr).type_ = sys::fi_ep_type_FI_EP_RDM;
             let dom = &mut *hi.domain_attr;
             dom.mr_mode = (sys::FI_MR_LOCAL
@@ -118,6 +150,10 @@ impl InfoList {
             // All libfabric calls are serialised by the engine's lock.
             dom.threading = sys::fi_threading_FI_THREAD_DOMAIN;
             dom.resource_mgmt = sys::fi_resource_mgmt_FI_RM_ENABLED;
+            if h.manual_progress {
+                dom.control_progress = sys::fi_progress_FI_PROGRESS_MANUAL;
+                dom.data_progress = sys::fi_progress_FI_PROGRESS_MANUAL;
+            }
             let mut out: *mut sys::fi_info = ptr::null_mut();
             let r = sys::fi_getinfo(API_VERSION, ptr::null(), ptr::null(), 0, hints, &mut out);
             sys::fi_freeinfo(hints);
@@ -251,7 +287,7 @@ impl Fabric {
         let mut raw = ptr::null_mut();
         // SAFETY: fabric_attr comes from a valid fi_info; `raw` receives the handle.
         check("fi_fabric", unsafe {
-            sys::fi_fabric((*info.raw).fabric_attr, &mut raw, ptr::null_mut())
+            sys::fi_fabric(info.raw.fabric_attr, &mut raw, ptr::null_mut())
         })?;
         Ok(Arc::new(Fabric { raw }))
     }
@@ -432,7 +468,11 @@ impl AddressVector {
         } else {
             Err(FiError::new(
                 "fi_av_insert",
-                if r < 0 { r as i64 } else { -(sys::FI_EINVAL as i64) },
+                if r < 0 {
+                    r as i64
+                } else {
+                    -(sys::FI_EINVAL as i64)
+                },
             ))
         }
     }
@@ -493,7 +533,10 @@ impl Endpoint {
                     (sys::FI_TRANSMIT | sys::FI_RECV) as u64,
                 ),
             )?;
-            check("fi_ep_bind(av)", sys::fi_ep_bind(ep.raw, av.raw as *mut sys::fid, 0))?;
+            check(
+                "fi_ep_bind(av)",
+                sys::fi_ep_bind(ep.raw, av.raw as *mut sys::fid, 0),
+            )?;
             check("fi_enable", sys::fi_enable(ep.raw))?;
         }
         Ok(ep)
@@ -505,13 +548,21 @@ impl Endpoint {
         let mut len = buf.len();
         // SAFETY: `buf` is writable for `len` bytes; fi_getname updates len.
         let mut r = unsafe {
-            sys::fi_getname(self.raw as *mut sys::fid, buf.as_mut_ptr() as *mut c_void, &mut len)
+            sys::fi_getname(
+                self.raw as *mut sys::fid,
+                buf.as_mut_ptr() as *mut c_void,
+                &mut len,
+            )
         };
         if r == -(sys::FI_ETOOSMALL as i32) {
             buf.resize(len, 0);
             // SAFETY: as above with the size the provider asked for.
             r = unsafe {
-                sys::fi_getname(self.raw as *mut sys::fid, buf.as_mut_ptr() as *mut c_void, &mut len)
+                sys::fi_getname(
+                    self.raw as *mut sys::fid,
+                    buf.as_mut_ptr() as *mut c_void,
+                    &mut len,
+                )
             };
         }
         check("fi_getname", r)?;
@@ -575,7 +626,10 @@ impl MemoryRegion {
         if let Some(ep) = bind_ep {
             // SAFETY: the MR and endpoint are live and of the same domain.
             unsafe {
-                check("fi_mr_bind", sys::fi_mr_bind(mr.raw, ep.raw as *mut sys::fid, 0))?;
+                check(
+                    "fi_mr_bind",
+                    sys::fi_mr_bind(mr.raw, ep.raw as *mut sys::fid, 0),
+                )?;
                 check("fi_mr_enable", sys::fi_mr_enable(mr.raw))?;
             }
         }

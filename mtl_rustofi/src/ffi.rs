@@ -133,7 +133,13 @@ fn deliver(c: &Component, out: &mut Vec<Completion>) {
                     status,
                 } => {
                     if let Some(f) = c.cb.recv_complete {
-                        f(req.0 as *mut RustofiReqHead, src, tag, bytes, status as c_int)
+                        f(
+                            req.0 as *mut RustofiReqHead,
+                            src,
+                            tag,
+                            bytes,
+                            status as c_int,
+                        )
                     }
                 }
                 Completion::Send { req, status } => {
@@ -215,9 +221,14 @@ pub unsafe extern "C" fn rustofi_init(
                 return 1;
             }
         };
-        let list = match InfoList::query(Hints { want_rma: true })
-            .or_else(|_| InfoList::query(Hints { want_rma: false }))
-        {
+        let mut query = Err(crate::fabric::FiError::new("fi_getinfo", -61));
+        for h in Hints::PREFERENCE {
+            query = InfoList::query(h);
+            if query.is_ok() {
+                break;
+            }
+        }
+        let list = match query {
             Ok(l) => l,
             Err(e) => {
                 if settings.explicit || settings.verbose > 0 {
@@ -258,7 +269,11 @@ pub unsafe extern "C" fn rustofi_init(
                 cfg.rank,
                 engine.provider,
                 engine.caps.rma,
-                if engine.rndv_uses_read() { "read" } else { "send" },
+                if engine.rndv_uses_read() {
+                    "read"
+                } else {
+                    "send"
+                },
                 engine.caps
             ));
         }
@@ -384,17 +399,20 @@ pub unsafe extern "C" fn rustofi_isend(
     req: *mut RustofiReqHead,
 ) -> c_int {
     with_engine("rustofi_isend", |e, out| {
-        report(e.isend(
-            peer,
-            ctx,
-            my_rank,
-            tag,
-            buf as *const u8,
-            len,
-            sync,
-            ReqPtr(req as *mut Request),
-            out,
-        ))
+        // SAFETY: forwarded from this function's contract.
+        report(unsafe {
+            e.isend(
+                peer,
+                ctx,
+                my_rank,
+                tag,
+                buf as *const u8,
+                len,
+                sync,
+                ReqPtr(req as *mut Request),
+                out,
+            )
+        })
     })
 }
 
@@ -412,13 +430,16 @@ pub unsafe extern "C" fn rustofi_irecv(
     req: *mut RustofiReqHead,
 ) -> c_int {
     with_engine("rustofi_irecv", |e, out| {
-        report(e.irecv(
-            Selector::from_mpi(ctx, src, tag),
-            buf as *mut u8,
-            len,
-            ReqPtr(req as *mut Request),
-            out,
-        ))
+        // SAFETY: forwarded from this function's contract.
+        report(unsafe {
+            e.irecv(
+                Selector::from_mpi(ctx, src, tag),
+                buf as *mut u8,
+                len,
+                ReqPtr(req as *mut Request),
+                out,
+            )
+        })
     })
 }
 

@@ -9,7 +9,8 @@ fn prefix() -> &'static str {
     PREFIX.get_or_init(|| {
         let mut host = [0u8; 256];
         // SAFETY: gethostname writes at most host.len() bytes into `host`.
-        let ok = unsafe { libc::gethostname(host.as_mut_ptr() as *mut libc::c_char, host.len()) } == 0;
+        let ok =
+            unsafe { libc::gethostname(host.as_mut_ptr() as *mut libc::c_char, host.len()) } == 0;
         let end = host.iter().position(|&b| b == 0).unwrap_or(host.len());
         let host = if ok {
             String::from_utf8_lossy(&host[..end]).into_owned()
