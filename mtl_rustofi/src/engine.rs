@@ -194,6 +194,7 @@ struct Held {
 
 struct Peer {
     addr: u64,
+    eager_limit: usize,
     tx_seq: u32,
     order: Reorder<Held>,
 }
@@ -478,8 +479,13 @@ impl Engine {
         self.cq.raw_handle()
     }
 
+    /// What this rank publishes through the modex.
     pub fn local_name(&self) -> Result<Vec<u8>, EngineError> {
-        Ok(self.ep().name()?)
+        Ok(wire::PeerInfo {
+            max_eager: (self.buf_size - wire::BASE_LEN) as u32,
+            addr: self.ep().name()?,
+        }
+        .encode())
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, State>, EngineError> {
@@ -490,14 +496,17 @@ impl Engine {
 
     /// Adds (or finds) a peer by process name and endpoint address; returns
     /// its handle (index + 1).
-    pub fn add_peer(&self, name: u64, addr: &[u8]) -> Result<usize, EngineError> {
+    pub fn add_peer(&self, name: u64, modex: &[u8]) -> Result<usize, EngineError> {
         let mut st = self.lock()?;
         if let Some(&i) = st.by_name.get(&name) {
             return Ok(i + 1);
         }
-        let fi_addr = self.av.insert(addr)?;
+        let info = wire::PeerInfo::decode(modex).map_err(EngineError)?;
+        let fi_addr = self.av.insert(&info.addr)?;
         let i = st.peers.len();
         st.peers.push(Peer {
+            // Never send an eager packet larger than the peer's buffers.
+            eager_limit: self.settings.eager_limit.min(info.max_eager as usize),
             addr: fi_addr,
             tx_seq: 0,
             order: Reorder::new(),
@@ -622,7 +631,7 @@ impl Engine {
         hdr.len = len as u64;
         self.stats.sent_msgs.fetch_add(1, Relaxed);
         self.stats.sent_bytes.fetch_add(len as u64, Relaxed);
-        if len <= self.settings.eager_limit {
+        if len <= st.peers[peer].eager_limit {
             if st.fault == Fault::BadPacket {
                 st.fault = Fault::None;
                 let mut b = self.take_tx(&mut st)?;

@@ -21,13 +21,19 @@ fn prefix() -> &'static str {
     })
 }
 
+/// Writes one whole line with a single write, so lines of different ranks
+/// forwarded by mpirun never interleave.
+fn line(text: String) {
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
 /// An error the user should see (always printed).
 pub fn error(msg: &str) {
-    let _ = writeln!(std::io::stderr(), "{} mtl_rustofi: error: {msg}", prefix());
+    line(format!("{} mtl_rustofi: error: {msg}\n", prefix()));
     tracing::error!("{msg}");
 }
 
 /// An informational line (printed by callers that checked `verbose`).
 pub fn info(msg: &str) {
-    let _ = writeln!(std::io::stderr(), "{msg}");
+    line(format!("{msg}\n"));
 }

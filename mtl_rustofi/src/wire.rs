@@ -207,9 +207,55 @@ impl Header {
     }
 }
 
+/// What each rank publishes through the modex: a tag, the largest eager
+/// payload its receive buffers take, then its libfabric endpoint name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerInfo {
+    pub max_eager: u32,
+    pub addr: Vec<u8>,
+}
+
+const PEER_INFO_TAG: [u8; 4] = [b'R', b'O', b'F', VERSION];
+
+impl PeerInfo {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(8 + self.addr.len());
+        v.extend_from_slice(&PEER_INFO_TAG);
+        v.extend_from_slice(&self.max_eager.to_le_bytes());
+        v.extend_from_slice(&self.addr);
+        v
+    }
+
+    pub fn decode(b: &[u8]) -> Result<PeerInfo, String> {
+        if b.len() <= 8 || b[..4] != PEER_INFO_TAG {
+            return Err(format!(
+                "modex entry of {} bytes is not a rustofi v{VERSION} address",
+                b.len()
+            ));
+        }
+        Ok(PeerInfo {
+            max_eager: u32::from_le_bytes(b[4..8].try_into().unwrap()),
+            addr: b[8..].to_vec(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peer_info_roundtrip_and_rejects() {
+        let p = PeerInfo {
+            max_eager: 8192,
+            addr: vec![1, 2, 3, 4, 5],
+        };
+        assert_eq!(PeerInfo::decode(&p.encode()), Ok(p.clone()));
+        assert!(PeerInfo::decode(&p.encode()[..8]).is_err());
+        let mut bad = p.encode();
+        bad[3] = VERSION + 1;
+        assert!(PeerInfo::decode(&bad).is_err());
+    }
 
     fn sample(kind: Kind) -> Header {
         Header {

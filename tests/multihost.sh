@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# Multi-host test for mtl_rustofi: two "hosts" h1 and h2 are Linux network
+# namespaces on this machine, each with one veth (eth0, 10.77.0.1/24 and
+# 10.77.0.2/24) into a bridge that lives in a third namespace (rustofi-br).
+# mpirun runs inside h1 with hostname h1 and reaches h2 through
+# tests/multihost/agent.sh (an ssh stand-in), so the two ranks run in different
+# network namespaces and can only talk over the veth link: the component must
+# publish a usable fabric address through the modex and carry the MPI traffic
+# over libfabric's tcp provider.
+#
+#   tests/multihost.sh            (root; BUILD_DIR overrides target/multihost)
+#
+# Prints "ok   multihost NAME" or "FAIL multihost NAME: reason" per check and
+# exits nonzero if any check failed.  Namespaces left from an earlier run are
+# removed first, and everything is removed again at exit.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$here/.." && pwd)
+. "$ROOT/scripts/env.sh"
+
+AGENT="$here/multihost/agent.sh"
+BUILD_DIR="${BUILD_DIR:-$ROOT/target/multihost}"
+BRIDGE_NS=rustofi-br
+HOSTS=(h1 h2)
+ADDRS=(10.77.0.1 10.77.0.2)
+IFACE=eth0
+RUN_TIMEOUT=120
+MIB=$((1024 * 1024))
+
+failures=0
+tmp=""
+
+ok() { echo "ok   multihost $1"; }
+fail() {
+    echo "FAIL multihost $1: $2"
+    failures=$((failures + 1))
+}
+show_tail() {
+    echo "---- last 30 lines of output ($1) ----"
+    tail -n 30 "$2" | sed 's/^/    /'
+    echo "----"
+}
+
+# Removes the namespaces, first stopping processes still running in them
+# (only processes of this test can be there).
+teardown() {
+    local ns pids
+    for ns in "${HOSTS[@]}" "$BRIDGE_NS"; do
+        [ -e "/run/netns/$ns" ] || continue
+        pids=$(ip netns pids "$ns" 2>/dev/null || true)
+        if [ -n "$pids" ]; then
+            # shellcheck disable=SC2086
+            kill -KILL $pids 2>/dev/null || true
+        fi
+        ip netns del "$ns" 2>/dev/null || true
+    done
+}
+
+cleanup() {
+    teardown
+    [ -n "$tmp" ] && rm -rf "$tmp"
+}
+
+setup() {
+    local i h
+    ip netns add "$BRIDGE_NS" || return 1
+    ip -n "$BRIDGE_NS" link set lo up || return 1
+    ip -n "$BRIDGE_NS" link add br0 type bridge || return 1
+    ip -n "$BRIDGE_NS" link set br0 up || return 1
+    for i in "${!HOSTS[@]}"; do
+        h=${HOSTS[$i]}
+        ip netns add "$h" || return 1
+        ip -n "$h" link set lo up || return 1
+        ip -n "$h" link add "$IFACE" type veth peer name "veth-$h" netns "$BRIDGE_NS" || return 1
+        ip -n "$h" addr add "${ADDRS[$i]}/24" dev "$IFACE" || return 1
+        ip -n "$h" link set "$IFACE" up || return 1
+        ip -n "$BRIDGE_NS" link set "veth-$h" master br0 || return 1
+        ip -n "$BRIDGE_NS" link set "veth-$h" up || return 1
+    done
+}
+
+# Byte counter (rx_bytes or tx_bytes) of the veth inside h2.
+h2_counter() {
+    ip netns exec "${HOSTS[1]}" cat "/sys/class/net/$IFACE/statistics/$1"
+}
+
+# mpirun inside h1 (hostname h1), 2 ranks, one per host.  Output to file $1.
+run_mpi() {
+    local out=$1
+    shift
+    timeout -k 10 "$RUN_TIMEOUT" \
+        ip netns exec "${HOSTS[0]}" unshare --uts \
+        sh -c 'hostname "$0" && exec "$@"' "${HOSTS[0]}" \
+        mpirun -np 2 --hostfile "$tmp/hostfile" --bind-to none \
+        --mca plm_rsh_agent "$AGENT" \
+        --mca oob_tcp_if_include "$IFACE" \
+        -x FI_TCP_IFACE="$IFACE" \
+        -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
+        -x OMPI_MCA_mca_base_component_path \
+        "$@" </dev/null >"$out" 2>&1 &
+    # wait (unlike a foreground command) lets the INT/TERM traps run at once.
+    wait $!
+}
+
+# check_test NAME MIN_RX MIN_TX: runs BUILD_DIR/NAME over mtl rustofi and
+# checks exit code, PASS line, per-rank counters and the veth byte counters
+# of h2 (received and sent bytes must grow by at least MIN_RX and MIN_TX).
+check_test() {
+    local name=$1 min_rx=$2 min_tx=$3 out="$tmp/$1.out"
+    local rx0 tx0 rx1 tx1 rc r line sent recv n
+    rx0=$(h2_counter rx_bytes) && tx0=$(h2_counter tx_bytes) || {
+        fail "$name" "cannot read the byte counters of $IFACE in ${HOSTS[1]}"
+        return
+    }
+    run_mpi "$out" --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
+        --mca mtl_rustofi_verbose 1 "$BUILD_DIR/$name"
+    rc=$?
+    rx1=$(h2_counter rx_bytes)
+    tx1=$(h2_counter tx_bytes)
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        fail "$name" "timed out after ${RUN_TIMEOUT}s (exit code $rc)"
+        show_tail "$name" "$out"
+        return
+    fi
+    if [ "$rc" -ne 0 ]; then
+        fail "$name" "mpirun exit code $rc"
+        show_tail "$name" "$out"
+        return
+    fi
+    if ! grep -q "^PASS $name\$" "$out"; then
+        fail "$name" "no 'PASS $name' line in the output"
+        show_tail "$name" "$out"
+        return
+    fi
+    for r in 0 1; do
+        # grep -o: a counter line may share a line with other stderr text.
+        n=$(grep -oE "rustofi: rank=$r provider=tcp;ofi_rxm sent_msgs=[0-9]+ sent_bytes=[0-9]+ recv_msgs=[0-9]+" "$out" | wc -l)
+        if [ "$n" -ne 1 ]; then
+            fail "$name" "expected 1 counter line 'rustofi: rank=$r provider=tcp;ofi_rxm ...', found $n"
+            show_tail "$name" "$out"
+            return
+        fi
+        line=$(grep -oE "rustofi: rank=$r provider=tcp;ofi_rxm sent_msgs=[0-9]+ sent_bytes=[0-9]+ recv_msgs=[0-9]+" "$out")
+        sent=$(sed -E 's/.* sent_msgs=([0-9]+).*/\1/' <<<"$line")
+        recv=$(sed -E 's/.* recv_msgs=([0-9]+).*/\1/' <<<"$line")
+        if [ "$sent" -eq 0 ] || [ "$recv" -eq 0 ]; then
+            fail "$name" "rank $r counted no traffic (sent_msgs=$sent recv_msgs=$recv)"
+            show_tail "$name" "$out"
+            return
+        fi
+    done
+    if [ $((rx1 - rx0)) -lt "$min_rx" ] || [ $((tx1 - tx0)) -lt "$min_tx" ]; then
+        fail "$name" "$IFACE in ${HOSTS[1]} received $((rx1 - rx0)) and sent $((tx1 - tx0)) bytes, expected at least $min_rx and $min_tx"
+        show_tail "$name" "$out"
+        return
+    fi
+    ok "$name (${HOSTS[1]} $IFACE rx +$((rx1 - rx0)) tx +$((tx1 - tx0)) bytes)"
+}
+
+if [ "$(id -u)" -ne 0 ]; then
+    fail setup "must run as root (creates network namespaces)"
+    exit 1
+fi
+trap cleanup EXIT
+# Interrupted: report it, then let the EXIT trap tear down (processes killed
+# there would otherwise each be reported by the shell).
+trap 'echo "FAIL multihost interrupted"; exec 2>/dev/null; exit 130' INT
+trap 'echo "FAIL multihost interrupted"; exec 2>/dev/null; exit 143' TERM
+
+teardown
+tmp=$(mktemp -d /tmp/rustofi-multihost.XXXXXX)
+
+if ! setup >"$tmp/setup.out" 2>&1; then
+    fail setup "cannot create the namespaces"
+    show_tail setup "$tmp/setup.out"
+    exit 1
+fi
+: >"$tmp/hostfile"
+for i in "${!HOSTS[@]}"; do
+    echo "${ADDRS[$i]} slots=1" >>"$tmp/hostfile"
+done
+# agent.sh maps the hostfile addresses to namespace and host names.
+export RUSTOFI_MH_HOSTS=""
+for i in "${!HOSTS[@]}"; do
+    RUSTOFI_MH_HOSTS+="${ADDRS[$i]}=${HOSTS[$i]} "
+done
+
+if [ ! -f "$RUSTOFI_MCA_DIR/mca_mtl_rustofi.so" ]; then
+    if ! "$ROOT/scripts/build" >"$tmp/build.out" 2>&1; then
+        fail build "scripts/build failed"
+        show_tail build "$tmp/build.out"
+        exit 1
+    fi
+fi
+mkdir -p "$BUILD_DIR"
+for t in order_wildcard big_checksum; do
+    if ! mpicc -O2 -pthread -o "$BUILD_DIR/$t" "$ROOT/tests/mpi/$t.c" >"$tmp/cc-$t.out" 2>&1; then
+        fail "$t" "compiling tests/mpi/$t.c failed"
+        show_tail "mpicc $t" "$tmp/cc-$t.out"
+        exit 1
+    fi
+done
+
+# The two ranks run on different hosts: rank 0 on h1, rank 1 on h2.
+out="$tmp/hosts.out"
+run_mpi "$out" sh -c 'echo "rank=$OMPI_COMM_WORLD_RANK host=$(hostname)"'
+rc=$?
+want=$(printf 'rank=0 host=%s\nrank=1 host=%s' "${HOSTS[0]}" "${HOSTS[1]}")
+got=$(grep '^rank=' "$out" | sort)
+if [ "$rc" -ne 0 ]; then
+    fail hosts "mpirun exit code $rc"
+    show_tail hosts "$out"
+elif [ "$got" != "$want" ]; then
+    fail hosts "ranks did not run on ${HOSTS[0]} and ${HOSTS[1]}: $(tr '\n' ' ' <<<"$got")"
+    show_tail hosts "$out"
+else
+    ok "hosts (rank 0 on ${HOSTS[0]}, rank 1 on ${HOSTS[1]})"
+fi
+
+# order_wildcard: rank 1 (h2) sends 1,421,980 payload bytes to rank 0.
+check_test order_wildcard 0 1421980
+# big_checksum: 64 MiB messages in both directions.
+check_test big_checksum $((64 * MIB)) $((64 * MIB))
+
+if [ "$failures" -ne 0 ]; then
+    echo "multihost: $failures check(s) failed"
+    exit 1
+fi
+echo "multihost: all checks passed"
