@@ -8,10 +8,13 @@ lib=$1
 out=$2
 mkdir -p "$(dirname "$out")"
 ompi_libdir=$(mpicc --showme:libdirs | awk '{print $1}')
-cc -shared -o "$out" \
+tmp="$out.tmp.$$"
+cc -shared -o "$tmp" \
   -Wl,--version-script="$here/../config/exports.map" \
   -Wl,-u,mca_mtl_rustofi_component \
   -Wl,--gc-sections -Wl,-z,defs \
   "$lib" \
   -L"$ompi_libdir" -lmpi -lopen-pal -lopen-rte -lfabric \
   -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+# Atomic replace: a job loading the component never sees a half-written file.
+mv -f "$tmp" "$out"

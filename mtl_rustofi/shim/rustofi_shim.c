@@ -427,20 +427,26 @@ static int rustofi_del_comm(struct mca_mtl_base_module_t *mtl, struct ompi_commu
 /* Point to point                                                      */
 
 /*
- * Where the bytes of a send are. pml cm hands isend a convertor prepared
- * by opal_convertor_prepare_for_send, whose pBaseBuf is the user pointer:
- * contiguous data starts at pBaseBuf + true_lb (which
- * ompi_mtl_datatype_pack forgets, breaking types with a nonzero lower bound
- * such as MPI_BOTTOM + absolute struct types). Its blocking send builds the
- * convertor by hand with true_lb already added to pBaseBuf, which
- * ompi_mtl_datatype_pack handles.
+ * Where the bytes of a send are. pml cm builds send convertors two ways:
+ * - by opal_convertor_prepare_for_send (heavy requests: persistent,
+ *   buffered; and every non-contiguous type): pBaseBuf is the user pointer
+ *   and contiguous data starts at pBaseBuf + true_lb, which
+ *   ompi_mtl_datatype_pack forgets (MPI_BOTTOM + absolute struct types);
+ *   such convertors carry CONVERTOR_SEND;
+ * - by hand for contiguous types (thin requests: MPI_Isend and the blocking
+ *   send): pBaseBuf already includes true_lb, the flags are the local
+ *   convertor's (no CONVERTOR_SEND), and the other fields (bConverted...) are
+ *   stale from the request's previous use, so they must not be read.
  */
-static int send_buffer(struct opal_convertor_t *convertor, bool prepared, void **start,
-                       size_t *length, bool *free_after)
+static int send_buffer(struct opal_convertor_t *convertor, void **start, size_t *length,
+                       bool *free_after)
 {
-    if (prepared && NULL != convertor->pDesc && !(convertor->flags & CONVERTOR_COMPLETED)
+    if (NULL != convertor->pDesc && !(convertor->flags & CONVERTOR_COMPLETED)
         && opal_datatype_is_contiguous_memory_layout(convertor->pDesc, convertor->count)) {
-        opal_convertor_get_current_pointer(convertor, start);
+        *start = convertor->pBaseBuf;
+        if (convertor->flags & CONVERTOR_SEND) {
+            *start = convertor->pBaseBuf + convertor->pDesc->true_lb;
+        }
         *length = convertor->local_size;
         *free_after = false;
         return OMPI_SUCCESS;
@@ -450,7 +456,7 @@ static int send_buffer(struct opal_convertor_t *convertor, bool prepared, void *
 
 static int start_send(struct ompi_communicator_t *comm, int dest, int tag,
                       struct opal_convertor_t *convertor, mca_pml_base_send_mode_t mode,
-                      bool prepared, RustofiReqHead *head)
+                      RustofiReqHead *head)
 {
     void *start = NULL;
     size_t length = 0;
@@ -459,7 +465,7 @@ static int start_send(struct ompi_communicator_t *comm, int dest, int tag,
     if (0 == peer) {
         return OMPI_ERR_UNREACH;
     }
-    int ret = send_buffer(convertor, prepared, &start, &length, &free_after);
+    int ret = send_buffer(convertor, &start, &length, &free_after);
     if (OMPI_SUCCESS != ret) {
         return ret;
     }
@@ -482,7 +488,7 @@ static int rustofi_mtl_isend(struct mca_mtl_base_module_t *mtl, struct ompi_comm
                              mca_pml_base_send_mode_t mode, bool blocking,
                              mca_mtl_request_t *mtl_request)
 {
-    return start_send(comm, dest, tag, convertor, mode, true, (RustofiReqHead *) mtl_request);
+    return start_send(comm, dest, tag, convertor, mode, (RustofiReqHead *) mtl_request);
 }
 
 static void blocking_done(struct mca_mtl_request_t *req)
@@ -499,7 +505,7 @@ static int rustofi_send(struct mca_mtl_base_module_t *mtl, struct ompi_communica
     b.u.head.mtl.completion_callback = (void (*)(MtlRequest *)) blocking_done;
     b.done = 0;
     b.error = OMPI_SUCCESS;
-    int ret = start_send(comm, dest, tag, convertor, mode, false, &b.u.head);
+    int ret = start_send(comm, dest, tag, convertor, mode, &b.u.head);
     if (OMPI_SUCCESS != ret) {
         return ret;
     }

@@ -1,28 +1,34 @@
 //! The protocol engine: peers, bounce buffers, eager and rendezvous
 //! protocols, per-peer ordering, tag matching and progress.
 //!
-//! Concurrency: all mutable state lives in one [`State`] behind a mutex,
-//! and every libfabric call on the endpoint is made while holding it (the
-//! domain is opened with FI_THREAD_DOMAIN). User-visible completions are
-//! collected while the lock is held and delivered by the caller after it
-//! is released, so a completion callback may call back into the MTL.
+//! Concurrency (see `mtl_rustofi/CONCURRENCY.md`): all mutable state lives in one
+//! [`State`] that only the holder of the progress token touches, and every
+//! libfabric call on the endpoint is made by that holder (the domain is
+//! opened with FI_THREAD_DOMAIN). Threads hand work over as commands pushed
+//! on a lock-free inbox and then try to take the token; nobody waits for
+//! it. User-visible completions are collected by the holder and delivered
+//! after it released the token, so a completion callback may call back
+//! into the MTL.
 
 use crate::config::{Fault, RndvProtocol, Settings};
 use crate::fabric::{
     AddressVector, CompletionQueue, CqEntry, Domain, Endpoint, Fabric, FiError, Info, InfoList,
     MemoryRegion,
 };
+use crate::inbox::{Inbox, Token};
 use crate::matching::{Envelope, Matcher, PostId, Selector};
 use crate::order::Reorder;
-use crate::request::{ReqPtr, NO_POST};
+use crate::request::{Cmd, Op, ReqPtr, NO_POST};
+pub use crate::request::{MessageHandle, ProbeInfo};
 use crate::sys;
 use crate::wire::{self, Header, Kind};
 use hashbrown::HashMap;
+use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::os::raw::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Outcome of a request, as reported to the shim.
@@ -52,14 +58,6 @@ pub enum Completion {
     Cancelled {
         req: ReqPtr,
     },
-}
-
-/// What a probe reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProbeInfo {
-    pub src: i32,
-    pub tag: i32,
-    pub len: u64,
 }
 
 /// Counters printed at finalize with `verbose >= 1`.
@@ -261,9 +259,9 @@ struct State {
 }
 
 // SAFETY: State holds raw pointers to request objects and registered
-// buffers; they are only dereferenced while the engine mutex is held, and
-// the objects they point to outlive the operations (MPI semantics for
-// user buffers and requests, ownership for our own buffers).
+// buffers; they are only dereferenced by the progress-token holder, and the
+// objects they point to outlive the operations (MPI semantics for user
+// buffers and requests, ownership for our own buffers).
 unsafe impl Send for State {}
 
 /// Fatal engine errors reported to the shim.
@@ -277,7 +275,12 @@ impl From<FiError> for EngineError {
 }
 
 pub struct Engine {
-    state: Mutex<State>,
+    state: UnsafeCell<State>,
+    inbox: Inbox<Cmd>,
+    token: Token,
+    /// Set if a panic unwound through the token holder: the state may be
+    /// inconsistent, so every later call fails.
+    poisoned: AtomicBool,
     ep: Option<Endpoint>,
     cq: Arc<CompletionQueue>,
     av: Arc<AddressVector>,
@@ -355,8 +358,8 @@ impl Engine {
         let ep = Endpoint::open(&domain, info, &cq, &av)?;
         let rx_count = settings.rx_buffers.min(info.rx_size().max(8));
         let fault = settings.fault;
-        let mut engine = Engine {
-            state: Mutex::new(State {
+        let engine = Engine {
+            state: UnsafeCell::new(State {
                 matcher: Matcher::new(),
                 peers: Vec::new(),
                 by_name: HashMap::new(),
@@ -372,6 +375,9 @@ impl Engine {
                 next_key: 1,
                 scratch: vec![CqEntry::default(); 64],
             }),
+            inbox: Inbox::new(),
+            token: Token::new(),
+            poisoned: AtomicBool::new(false),
             ep: Some(ep),
             cq,
             av,
@@ -419,8 +425,9 @@ impl Engine {
         unsafe { MemoryRegion::register(&self.domain, addr, len.max(1), access, key, bind) }
     }
 
-    fn post_rx_buffers(&mut self, count: usize) -> Result<(), EngineError> {
-        let mut st = self.state.lock().expect("fresh lock");
+    fn post_rx_buffers(&self, count: usize) -> Result<(), EngineError> {
+        // SAFETY: called from `open` before the engine is shared.
+        let st = unsafe { &mut *self.state.get() };
         for _ in 0..count {
             let mut rx = Box::new(RxBuf {
                 ctx: OpCtx {
@@ -431,12 +438,8 @@ impl Engine {
                 mr: None,
             });
             if self.caps.mr_local {
-                rx.mr = Some(self.register(
-                    &mut st,
-                    rx.mem.as_ptr(),
-                    rx.mem.len(),
-                    sys::FI_RECV as u64,
-                )?);
+                rx.mr =
+                    Some(self.register(st, rx.mem.as_ptr(), rx.mem.len(), sys::FI_RECV as u64)?);
             }
             self.repost_rx(&mut rx).map_err(|r| {
                 EngineError(format!(
@@ -488,16 +491,234 @@ impl Engine {
         .encode())
     }
 
-    fn lock(&self) -> Result<MutexGuard<'_, State>, EngineError> {
-        self.state
-            .lock()
-            .map_err(|_| EngineError("engine state poisoned by an earlier panic".into()))
+    fn check_poison(&self) -> Result<(), EngineError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            Err(EngineError(
+                "the engine is unusable after an earlier internal error".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Applies queued commands (and, with `poll_cq`, drains the completion
+    /// queue) if the progress token is free; returns at once otherwise. The
+    /// holder re-checks the inbox after releasing the token so that no
+    /// command pushed meanwhile is left behind. Returns the number of CQ
+    /// events handled.
+    fn combine(&self, out: &mut Vec<Completion>, poll_cq: bool) -> usize {
+        let mut events = 0;
+        while !self.poisoned.load(Ordering::Acquire) && self.token.try_acquire() {
+            {
+                let _holder = Holder(self);
+                // SAFETY: we hold the progress token, which grants exclusive
+                // access to the state.
+                let st = unsafe { &mut *self.state.get() };
+                if poll_cq {
+                    events += self.progress_locked(st, out);
+                }
+                self.apply_inbox(st, out);
+            }
+            if self.inbox.is_empty() {
+                break;
+            }
+        }
+        events
+    }
+
+    /// Runs `f` as the token holder, spinning until the token is free (and
+    /// helping with queued work meanwhile). Only for rare operations off
+    /// the send, receive and progress paths: peer setup and finalize.
+    fn with_token<R>(
+        &self,
+        out: &mut Vec<Completion>,
+        f: impl FnOnce(&mut State, &mut Vec<Completion>) -> R,
+    ) -> Result<R, EngineError> {
+        loop {
+            self.check_poison()?;
+            if self.token.try_acquire() {
+                let r = {
+                    let _holder = Holder(self);
+                    // SAFETY: we hold the progress token.
+                    let st = unsafe { &mut *self.state.get() };
+                    self.apply_inbox(st, out);
+                    f(st, out)
+                };
+                if !self.inbox.is_empty() {
+                    self.combine(out, false);
+                }
+                return Ok(r);
+            }
+            std::hint::spin_loop();
+            std::thread::yield_now();
+        }
+    }
+
+    /// Queues a command and applies it (and anything queued before it) if
+    /// the token is free.
+    ///
+    /// # Safety
+    /// `cmd` must stay valid and untouched until it has been applied.
+    unsafe fn submit(&self, cmd: *mut Cmd, out: &mut Vec<Completion>) -> Result<(), EngineError> {
+        self.check_poison()?;
+        // SAFETY: per the function contract.
+        unsafe { self.inbox.push(cmd) };
+        self.combine(out, false);
+        Ok(())
+    }
+
+    /// Submits a command from the caller's stack and waits (driving
+    /// progress) until it has been applied.
+    /// Probes and cancels drain the completion queue first, so that they see
+    /// every message that has arrived (an application may spin on
+    /// MPI_Iprobe without any other progress).
+    fn submit_and_wait(&self, cmd: &mut Cmd, out: &mut Vec<Completion>) -> Result<(), EngineError> {
+        self.combine(out, true);
+        // SAFETY: `cmd` outlives this call, which returns only once the
+        // command was applied (or the engine is poisoned, after which no
+        // one takes commands from the inbox any more).
+        unsafe { self.submit(cmd, out)? };
+        while !cmd.is_done() {
+            self.check_poison()?;
+            self.combine(out, true);
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+
+    fn apply_inbox(&self, st: &mut State, out: &mut Vec<Completion>) {
+        for cmd in self.inbox.take_all() {
+            self.apply(st, cmd, out);
+        }
+    }
+
+    /// Applies one command (token held).
+    fn apply(&self, st: &mut State, cmd: *mut Cmd, out: &mut Vec<Completion>) {
+        // SAFETY: a command taken from the inbox is valid until we set its
+        // `done` flag or complete its request; we copy the op first.
+        let op = unsafe { (*cmd).op };
+        match op {
+            Op::Send {
+                peer,
+                ctx,
+                src,
+                tag,
+                sync,
+                req,
+            } => {
+                if let Err(e) = self.start_send(st, peer, ctx, src, tag, sync, req, out) {
+                    self.error(&e.0);
+                    self.stats.errors.fetch_add(1, Relaxed);
+                    out.push(Completion::Send {
+                        req,
+                        status: Status::Failed,
+                    });
+                }
+            }
+            Op::Recv { sel, req } => match st.matcher.post(sel, req) {
+                Ok((req, env, u)) => self.deliver_or_fail(st, req, env, u, out),
+                Err(PostId(id)) => {
+                    // SAFETY: initialised by irecv; token held.
+                    unsafe { req.st().post_id = id };
+                }
+            },
+            Op::Mrecv { msg, req } => {
+                // SAFETY: the handle is a leaked Box of (Envelope,
+                // Unexpected) made by a matched probe; MPI lets it be
+                // received once.
+                let boxed = unsafe { Box::from_raw(msg.0 as *mut (Envelope, Unexpected)) };
+                let (env, u) = *boxed;
+                self.deliver_or_fail(st, req, env, u, out);
+            }
+            Op::Cancel { req } => {
+                // SAFETY: the request was started by this engine (the shim
+                // cancels only its own requests); token held.
+                let id = unsafe { req.st().post_id };
+                let mut cancelled = false;
+                if id != NO_POST {
+                    if let Some(r) = st.matcher.cancel(PostId(id)) {
+                        // SAFETY: as above.
+                        unsafe { r.st().post_id = NO_POST };
+                        out.push(Completion::Cancelled { req: r });
+                        cancelled = true;
+                    }
+                }
+                // SAFETY: the waiting caller reads the result after `done`.
+                unsafe {
+                    (*cmd).cancelled = cancelled;
+                    (*cmd).done.store(true, Ordering::Release);
+                }
+            }
+            Op::Probe { sel, remove } => {
+                let found = if remove {
+                    st.matcher.take_unexpected(&sel).map(|(env, u)| {
+                        let info = ProbeInfo {
+                            src: env.src,
+                            tag: env.tag,
+                            len: u.len(),
+                        };
+                        let h = MessageHandle(Box::into_raw(Box::new((env, u))) as *mut c_void);
+                        (info, Some(h))
+                    })
+                } else {
+                    st.matcher.probe(&sel).map(|(env, u)| {
+                        (
+                            ProbeInfo {
+                                src: env.src,
+                                tag: env.tag,
+                                len: u.len(),
+                            },
+                            None,
+                        )
+                    })
+                };
+                // SAFETY: the waiting caller reads the result after `done`.
+                unsafe {
+                    (*cmd).found = found;
+                    (*cmd).done.store(true, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    fn deliver_or_fail(
+        &self,
+        st: &mut State,
+        req: ReqPtr,
+        env: Envelope,
+        u: Unexpected,
+        out: &mut Vec<Completion>,
+    ) {
+        if let Err(e) = self.deliver(st, req, env, u, out) {
+            self.error(&e.0);
+            self.stats.errors.fetch_add(1, Relaxed);
+            out.push(Completion::Recv {
+                req,
+                src: env.src,
+                tag: env.tag,
+                bytes: 0,
+                status: Status::Failed,
+            });
+        }
     }
 
     /// Adds (or finds) a peer by process name and endpoint address; returns
     /// its handle (index + 1).
-    pub fn add_peer(&self, name: u64, modex: &[u8]) -> Result<usize, EngineError> {
-        let mut st = self.lock()?;
+    pub fn add_peer(
+        &self,
+        name: u64,
+        modex: &[u8],
+        out: &mut Vec<Completion>,
+    ) -> Result<usize, EngineError> {
+        self.with_token(out, |st, _| self.add_peer_locked(st, name, modex))?
+    }
+
+    fn add_peer_locked(
+        &self,
+        st: &mut State,
+        name: u64,
+        modex: &[u8],
+    ) -> Result<usize, EngineError> {
         if let Some(&i) = st.by_name.get(&name) {
             return Ok(i + 1);
         }
@@ -513,10 +734,6 @@ impl Engine {
         });
         st.by_name.insert(name, i);
         Ok(i + 1)
-    }
-
-    pub fn peer_count(&self) -> usize {
-        self.lock().map(|s| s.peers.len()).unwrap_or(0)
     }
 
     // ------------------------------------------------------------------
@@ -604,9 +821,9 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn isend(
         &self,
-        peer_handle: usize,
+        peer: usize,
         ctx: u32,
-        my_rank: i32,
+        src: i32,
         tag: i32,
         buf: *const u8,
         len: usize,
@@ -614,13 +831,43 @@ impl Engine {
         req: ReqPtr,
         out: &mut Vec<Completion>,
     ) -> Result<(), EngineError> {
-        let mut st = self.lock()?;
+        let op = Op::Send {
+            peer,
+            ctx,
+            src,
+            tag,
+            sync,
+            req,
+        };
+        // SAFETY: per the function contract; the command lives in the
+        // request, which stays valid until the send completes.
+        unsafe {
+            let cmd = req.init(buf as *mut u8, len, op);
+            self.submit(cmd, out)
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_send(
+        &self,
+        st: &mut State,
+        peer_handle: usize,
+        ctx: u32,
+        my_rank: i32,
+        tag: i32,
+        sync: bool,
+        req: ReqPtr,
+        out: &mut Vec<Completion>,
+    ) -> Result<(), EngineError> {
         let peer = peer_handle
             .checked_sub(1)
             .filter(|&p| p < st.peers.len())
             .ok_or_else(|| EngineError(format!("send to unknown peer handle {peer_handle}")))?;
-        // SAFETY: the shim passes a live request of our layout.
-        unsafe { req.init(buf as *mut u8, len) };
+        // SAFETY: initialised by isend; token held.
+        let (buf, len) = unsafe {
+            let rs = req.st();
+            (rs.buf as *const u8, rs.cap)
+        };
         let seq = st.peers[peer].tx_seq;
         let mut hdr = Header::new(Kind::Eager);
         hdr.ctx = ctx;
@@ -634,15 +881,15 @@ impl Engine {
         if len <= st.peers[peer].eager_limit {
             if st.fault == Fault::BadPacket {
                 st.fault = Fault::None;
-                let mut b = self.take_tx(&mut st)?;
+                let mut b = self.take_tx(st)?;
                 let n = hdr.encode(&mut b.mem);
                 b.mem[0] = 0x00; // not our magic
                 b.len = n;
                 b.dest = st.peers[peer].addr;
                 b.on_error = TxFollowUp::None;
-                self.post_tx(&mut st, b)?;
+                self.post_tx(st, b)?;
             }
-            let mut b = self.take_tx(&mut st)?;
+            let mut b = self.take_tx(st)?;
             if sync {
                 hdr.flags |= wire::FLAG_SYNC;
                 hdr.cookie = st.next_cookie;
@@ -660,7 +907,7 @@ impl Engine {
             }
             b.len = n + len;
             b.dest = st.peers[peer].addr;
-            self.post_tx(&mut st, b)?;
+            self.post_tx(st, b)?;
             st.peers[peer].tx_seq = seq.wrapping_add(1);
             self.stats.eager.fetch_add(1, Relaxed);
             if sync {
@@ -680,7 +927,7 @@ impl Engine {
         hdr.cookie = cookie;
         let mut mr = None;
         if self.rndv_read {
-            let m = self.register(&mut st, buf, len, sys::FI_REMOTE_READ as u64)?;
+            let m = self.register(st, buf, len, sys::FI_REMOTE_READ as u64)?;
             hdr.ext0 = if self.caps.mr_virt_addr {
                 buf as u64
             } else {
@@ -703,11 +950,11 @@ impl Engine {
                 failed: false,
             },
         );
-        let mut b = self.take_tx(&mut st)?;
+        let mut b = self.take_tx(st)?;
         b.len = hdr.encode(&mut b.mem);
         b.dest = st.peers[peer].addr;
         b.on_error = TxFollowUp::RndvSend(cookie);
-        if let Err(e) = self.post_tx(&mut st, b) {
+        if let Err(e) = self.post_tx(st, b) {
             st.rndv_send.remove(&cookie);
             return Err(e);
         }
@@ -732,32 +979,23 @@ impl Engine {
         req: ReqPtr,
         out: &mut Vec<Completion>,
     ) -> Result<(), EngineError> {
-        let mut st = self.lock()?;
-        // SAFETY: the shim passes a live request of our layout.
-        unsafe { req.init(buf, cap) };
-        match st.matcher.post(sel, req) {
-            Ok((req, env, u)) => self.deliver(&mut st, req, env, u, out),
-            Err(PostId(id)) => {
-                // SAFETY: initialised above; lock held.
-                unsafe { req.st().post_id = id };
-                Ok(())
-            }
+        // SAFETY: per the function contract.
+        unsafe {
+            let cmd = req.init(buf, cap, Op::Recv { sel, req });
+            self.submit(cmd, out)
         }
     }
 
-    /// Iprobe: runs one progress pass, then looks at the unexpected queue.
+    /// Iprobe: drains the completion queue, then looks at the unexpected
+    /// queue.
     pub fn iprobe(
         &self,
         sel: Selector,
         out: &mut Vec<Completion>,
     ) -> Result<Option<ProbeInfo>, EngineError> {
-        let mut st = self.lock()?;
-        self.progress_locked(&mut st, out);
-        Ok(st.matcher.probe(&sel).map(|(env, u)| ProbeInfo {
-            src: env.src,
-            tag: env.tag,
-            len: u.len(),
-        }))
+        let mut cmd = Cmd::new(Op::Probe { sel, remove: false });
+        self.submit_and_wait(&mut cmd, out)?;
+        Ok(cmd.found.map(|(info, _)| info))
     }
 
     /// Improbe: like iprobe, but removes the message and returns an opaque
@@ -767,25 +1005,16 @@ impl Engine {
         sel: Selector,
         out: &mut Vec<Completion>,
     ) -> Result<Option<(ProbeInfo, MessageHandle)>, EngineError> {
-        let mut st = self.lock()?;
-        self.progress_locked(&mut st, out);
-        Ok(st.matcher.take_unexpected(&sel).map(|(env, u)| {
-            let info = ProbeInfo {
-                src: env.src,
-                tag: env.tag,
-                len: u.len(),
-            };
-            (
-                info,
-                MessageHandle(Box::into_raw(Box::new((env, u))) as *mut c_void),
-            )
-        }))
+        let mut cmd = Cmd::new(Op::Probe { sel, remove: true });
+        self.submit_and_wait(&mut cmd, out)?;
+        Ok(cmd.found.and_then(|(info, h)| h.map(|h| (info, h))))
     }
 
     /// Receives a message taken by `improbe`.
     ///
     /// # Safety
-    /// `msg` must come from `improbe` of this engine and be used once.
+    /// `msg` must come from `improbe` of this engine and be used once; the
+    /// rest as for `irecv`.
     pub unsafe fn imrecv(
         &self,
         msg: MessageHandle,
@@ -794,36 +1023,19 @@ impl Engine {
         req: ReqPtr,
         out: &mut Vec<Completion>,
     ) -> Result<(), EngineError> {
-        // SAFETY: per the function contract the handle is a leaked Box of
-        // (Envelope, Unexpected) that we take back exactly once.
-        let boxed = unsafe { Box::from_raw(msg.0 as *mut (Envelope, Unexpected)) };
-        let (env, u) = *boxed;
-        let mut st = self.lock()?;
-        // SAFETY: the shim passes a live request of our layout.
-        unsafe { req.init(buf, cap) };
-        self.deliver(&mut st, req, env, u, out)
+        // SAFETY: per the function contract.
+        unsafe {
+            let cmd = req.init(buf, cap, Op::Mrecv { msg, req });
+            self.submit(cmd, out)
+        }
     }
 
     /// Cancels a queued receive. Returns true if it was cancelled (and a
     /// `Cancelled` completion was queued).
     pub fn cancel(&self, req: ReqPtr, out: &mut Vec<Completion>) -> Result<bool, EngineError> {
-        let mut st = self.lock()?;
-        self.progress_locked(&mut st, out);
-        // SAFETY: the request was started by irecv (the shim only cancels
-        // receives); lock held.
-        let id = unsafe { req.st().post_id };
-        if id == NO_POST {
-            return Ok(false);
-        }
-        match st.matcher.cancel(PostId(id)) {
-            Some(r) => {
-                // SAFETY: as above.
-                unsafe { r.st().post_id = NO_POST };
-                out.push(Completion::Cancelled { req: r });
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        let mut cmd = Cmd::new(Op::Cancel { req });
+        self.submit_and_wait(&mut cmd, out)?;
+        Ok(cmd.cancelled)
     }
 
     /// Hands a matched message to a receive request.
@@ -855,8 +1067,8 @@ impl Engine {
         sync: Option<u64>,
         out: &mut Vec<Completion>,
     ) {
-        // SAFETY: a matched request was initialised by irecv/imrecv; lock held.
-        let rs = unsafe { *req.st() };
+        // SAFETY: a matched request was initialised by irecv/imrecv; token held.
+        let rs = unsafe { req.buffer() };
         let n = data.len().min(rs.cap);
         if n > 0 {
             // SAFETY: the receive buffer has `cap` writable bytes and we
@@ -897,8 +1109,8 @@ impl Engine {
         hdr: &Header,
         out: &mut Vec<Completion>,
     ) -> Result<(), EngineError> {
-        // SAFETY: a matched request was initialised by irecv/imrecv; lock held.
-        let rs = unsafe { *req.st() };
+        // SAFETY: a matched request was initialised by irecv/imrecv; token held.
+        let rs = unsafe { req.buffer() };
         let want = (hdr.len.min(rs.cap as u64)) as usize;
         let read = hdr.flags & wire::FLAG_RNDV_SEND == 0;
         let id = st.next_cookie & RNDV_ID_MASK;
@@ -988,7 +1200,7 @@ impl Engine {
         };
         let mut ops = Vec::new();
         if r.read && !r.failed {
-            // SAFETY: the request is matched and initialised; lock held.
+            // SAFETY: the request is matched and initialised; token held.
             let base = unsafe { r.req.st().buf };
             while r.next_off < r.want && r.outstanding < READS_IN_FLIGHT {
                 let n = (r.want - r.next_off).min(self.chunk);
@@ -1147,10 +1359,7 @@ impl Engine {
 
     /// Drains the completion queue once. Returns the number of events.
     pub fn progress(&self, out: &mut Vec<Completion>) -> usize {
-        match self.state.try_lock() {
-            Ok(mut st) => self.progress_locked(&mut st, out),
-            Err(_) => 0,
-        }
+        self.combine(out, true)
     }
 
     fn progress_locked(&self, st: &mut State, out: &mut Vec<Completion>) -> usize {
@@ -1465,7 +1674,7 @@ impl Engine {
         };
         let sync = (hdr.flags & wire::FLAG_SYNC != 0).then_some(hdr.cookie);
         if let Some(req) = st.matcher.take_posted(&env) {
-            // SAFETY: matched requests were initialised by irecv; lock held.
+            // SAFETY: matched requests were initialised by irecv; token held.
             unsafe { req.st().post_id = NO_POST };
             let r = match hdr.kind {
                 Kind::Eager => {
@@ -1552,15 +1761,16 @@ impl Engine {
     pub fn quiesce(&self, timeout: Duration, out: &mut Vec<Completion>) -> bool {
         let start = Instant::now();
         loop {
-            let Ok(mut st) = self.lock() else {
+            let busy = self.with_token(out, |st, out| {
+                self.progress_locked(st, out);
+                st.tx_free.len() < st.tx_total
+                    || !st.retry.is_empty()
+                    || !st.rndv_send.is_empty()
+                    || !st.rndv_recv.is_empty()
+            });
+            let Ok(busy) = busy else {
                 return false;
             };
-            self.progress_locked(&mut st, out);
-            let busy = st.tx_free.len() < st.tx_total
-                || !st.retry.is_empty()
-                || !st.rndv_send.is_empty()
-                || !st.rndv_recv.is_empty();
-            drop(st);
             if !busy {
                 return true;
             }
@@ -1594,22 +1804,35 @@ impl Engine {
     }
 }
 
+/// Releases the progress token when the holder's scope ends, even by
+/// unwinding (which poisons the engine).
+struct Holder<'a>(&'a Engine);
+
+impl Drop for Holder<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.poisoned.store(true, Ordering::Release);
+        }
+        self.0.token.release();
+    }
+}
+
+// SAFETY: the state behind the UnsafeCell is only accessed by the holder of
+// the progress token (or through `&mut self`), so sharing the engine
+// between threads is sound.
+unsafe impl Sync for Engine {}
+
 fn raw_id(raw: *mut ChunkOp) -> (u64, bool) {
     // SAFETY: called before the op is freed.
     unsafe { ((*raw).id, (*raw).recv_side) }
 }
-
-/// An unexpected message taken by `improbe`, owned by an Open MPI message
-/// object until `imrecv`.
-#[derive(Clone, Copy, Debug)]
-pub struct MessageHandle(pub *mut c_void);
 
 impl Drop for Engine {
     fn drop(&mut self) {
         // The endpoint goes first: closing it cancels every posted receive
         // and transmit, after which no buffer is referenced by the provider.
         drop(self.ep.take());
-        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let st = self.state.get_mut();
         // Reclaim buffers still owned by the provider at close time.
         for item in st.retry.drain(..) {
             match item {

@@ -343,10 +343,10 @@ pub unsafe extern "C" fn rustofi_provider_name(buf: *mut c_char, len: usize) -> 
 #[no_mangle]
 pub unsafe extern "C" fn rustofi_add_peer(name: u64, addr: *const u8, len: usize) -> usize {
     let mut handle = 0usize;
-    let r = with_engine("rustofi_add_peer", |e, _| {
+    let r = with_engine("rustofi_add_peer", |e, out| {
         // SAFETY: per the function contract.
         let bytes = unsafe { std::slice::from_raw_parts(addr, len) };
-        match e.add_peer(name, bytes) {
+        match e.add_peer(name, bytes, out) {
             Ok(h) => {
                 handle = h;
                 0

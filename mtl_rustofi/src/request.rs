@@ -6,6 +6,9 @@
 //! state only Rust touches. The state is plain data with no destructor, so
 //! the PML may recycle the memory without running Rust code.
 
+use crate::inbox::Linked;
+use crate::matching::Selector;
+use crate::sync::{AtomicBool, AtomicPtr, Ordering};
 use std::os::raw::c_void;
 
 /// Mirror of Open MPI's `mca_mtl_request_t` (checked by a static assertion
@@ -32,7 +35,6 @@ pub struct RustofiReqHead {
 
 /// Rust-only state of a request; valid between the start of an operation
 /// and its completion.
-#[derive(Clone, Copy)]
 #[repr(C)]
 pub struct ReqState {
     /// Ticket of a queued receive in the matcher, or `NO_POST`.
@@ -40,9 +42,96 @@ pub struct ReqState {
     /// Receive buffer (or send source) and its size in bytes.
     pub buf: *mut u8,
     pub cap: usize,
+    /// The command that starts this request, queued in the engine's inbox.
+    pub cmd: Cmd,
+}
+
+/// An opaque unexpected message taken by a matched probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MessageHandle(pub *mut c_void);
+
+/// What a probe reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeInfo {
+    pub src: i32,
+    pub tag: i32,
+    pub len: u64,
+}
+
+/// Work handed to the engine. Applied by whichever thread holds the
+/// progress token.
+#[derive(Clone, Copy, Debug)]
+pub enum Op {
+    Send {
+        peer: usize,
+        ctx: u32,
+        src: i32,
+        tag: i32,
+        sync: bool,
+        req: ReqPtr,
+    },
+    Recv {
+        sel: Selector,
+        req: ReqPtr,
+    },
+    Mrecv {
+        msg: MessageHandle,
+        req: ReqPtr,
+    },
+    Cancel {
+        req: ReqPtr,
+    },
+    /// `remove`: a matched probe (MPI_Improbe).
+    Probe {
+        sel: Selector,
+        remove: bool,
+    },
+}
+
+/// A command node of the engine's inbox. Send and receive commands live in
+/// their request; cancel and probe commands on the caller's stack (the
+/// caller waits for `done`).
+pub struct Cmd {
+    link: AtomicPtr<Cmd>,
+    pub op: Op,
+    /// Result of a probe, written before `done` is set.
+    pub found: Option<(ProbeInfo, Option<MessageHandle>)>,
+    /// Cancel result, written before `done` is set.
+    pub cancelled: bool,
+    pub done: AtomicBool,
+}
+
+// SAFETY: `link` always returns the same field.
+unsafe impl Linked for Cmd {
+    fn link(&self) -> &AtomicPtr<Cmd> {
+        &self.link
+    }
+}
+
+impl Cmd {
+    pub fn new(op: Op) -> Cmd {
+        Cmd {
+            link: AtomicPtr::new(std::ptr::null_mut()),
+            op,
+            found: None,
+            cancelled: false,
+            done: AtomicBool::new(false),
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
 }
 
 pub const NO_POST: u64 = u64::MAX;
+
+/// A request's buffer.
+#[derive(Clone, Copy)]
+pub struct Buffer {
+    pub buf: *mut u8,
+    pub cap: usize,
+}
 
 #[repr(C)]
 pub struct Request {
@@ -54,8 +143,8 @@ pub struct Request {
 pub const REQUEST_EXTRA: usize = std::mem::size_of::<Request>() - std::mem::size_of::<MtlRequest>();
 
 /// A request pointer that may cross threads. The PML keeps the request
-/// alive until we complete it; all access to `st` happens under the
-/// engine's lock.
+/// alive until we complete it; after `init` and the push of its command,
+/// only the progress-token holder touches `st`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReqPtr(pub *mut Request);
 
@@ -69,21 +158,35 @@ impl ReqPtr {
     /// # Safety
     /// `self.0` must point at a live request of at least
     /// `size_of::<Request>()` bytes.
-    pub unsafe fn init(self, buf: *mut u8, cap: usize) {
-        // SAFETY: per the function contract; `st` is plain data, so writing
-        // over uninitialised memory is fine.
+    pub unsafe fn init(self, buf: *mut u8, cap: usize, op: Op) -> *mut Cmd {
+        // SAFETY: per the function contract; `st` has no destructor, so
+        // writing over uninitialised or stale memory is fine.
         unsafe {
-            std::ptr::addr_of_mut!((*self.0).st).write(ReqState {
+            let st = std::ptr::addr_of_mut!((*self.0).st);
+            st.write(ReqState {
                 post_id: NO_POST,
                 buf,
                 cap,
-            })
+                cmd: Cmd::new(op),
+            });
+            std::ptr::addr_of_mut!((*st).cmd)
         }
     }
 
     /// # Safety
     /// The request must have been initialised with `init` and the caller
-    /// must hold the engine lock.
+    /// must hold the progress token.
+    pub unsafe fn buffer(self) -> Buffer {
+        // SAFETY: per the function contract.
+        let st = unsafe { &(*self.0).st };
+        Buffer {
+            buf: st.buf,
+            cap: st.cap,
+        }
+    }
+
+    /// # Safety
+    /// As for `buffer`.
     pub unsafe fn st(self) -> &'static mut ReqState {
         // SAFETY: per the function contract.
         unsafe { &mut (*self.0).st }

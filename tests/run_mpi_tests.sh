@@ -1,0 +1,649 @@
+#!/usr/bin/env bash
+# MPI integration tests for the rustofi MTL.
+#
+# Usage: tests/run_mpi_tests.sh [regex]
+#
+#   regex   run only the tests whose "name provider npN" string matches
+#           (bash =~), e.g. 'order_wildcard', 'tcp np4', '^badinput',
+#           'eager_limit=0', 'huge'.
+#
+# Environment:
+#   PROVIDERS         libfabric providers to test (default "tcp udp shm sockets")
+#   RUSTOFI_MCA_DIR   directory holding mca_mtl_rustofi.so (default
+#                     <repo>/target/mca)
+#   BUILD_DIR         where the test programs are built (default
+#                     <repo>/target/mpi-tests); logs go to $BUILD_DIR/logs
+#   OMPI_COMPONENT_DIR  Open MPI's own component directory (default
+#                     /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3)
+#   MPIRUN_EXTRA_ARGS extra arguments for every mpirun (word-split)
+#   TIMEOUT_SCALE     multiply every per-test timeout by this integer (default 1)
+#   STRICT_COUNTERS   1 (default): on clean runs also require errors=0 and
+#                     sum(sent_msgs)==sum(recv_msgs), sum(sent_bytes)==
+#                     sum(recv_bytes) over all ranks; 0 disables those checks
+#   MPI_TEST_BASELINE=ob1  run the test programs on pml ob1 instead of
+#                     rustofi (no counter, fault, selection or parameter
+#                     checks): tells a broken test from a broken component
+#
+# Every run is a separate mpirun under `timeout`; a run passes when mpirun
+# exits 0, rank 0 printed "PASS <program>", nothing printed "FAIL:", and (for
+# rustofi runs) every rank printed its "rustofi: rank=..." counter line with
+# the requested provider and nonzero message counts.  All runs are executed;
+# the script exits nonzero if any failed.
+
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SRC_DIR=$REPO/tests/mpi
+BUILD_DIR=${BUILD_DIR:-$REPO/target/mpi-tests}
+LOG_DIR=$BUILD_DIR/logs
+RUSTOFI_MCA_DIR=${RUSTOFI_MCA_DIR:-$REPO/target/mca}
+OMPI_COMPONENT_DIR=${OMPI_COMPONENT_DIR:-/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3}
+PROVIDERS=${PROVIDERS:-tcp udp shm sockets}
+TIMEOUT_SCALE=${TIMEOUT_SCALE:-1}
+STRICT_COUNTERS=${STRICT_COUNTERS:-1}
+BASELINE=${MPI_TEST_BASELINE:-}
+FILTER=${1:-}
+read -r -a EXTRA_ARGS <<<"${MPIRUN_EXTRA_ARGS:-}"
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_mca_base_component_path=$RUSTOFI_MCA_DIR:$OMPI_COMPONENT_DIR
+# Component selection and rustofi parameters are set per run on the command
+# line; settings inherited from the caller's environment would skew them.
+unset OMPI_MCA_pml OMPI_MCA_mtl
+while IFS='=' read -r var _; do
+    unset "$var"
+done < <(env | grep -E '^OMPI_MCA_mtl_rustofi_' || true)
+
+case "$BASELINE" in
+    "" | ob1) ;;
+    *) echo "MPI_TEST_BASELINE must be empty or 'ob1'" >&2; exit 2 ;;
+esac
+
+# Per-program timeout in seconds.
+declare -A TIMEOUT=(
+    [order_wildcard]=60 [posting_order]=60 [unexpected_reverse]=60
+    [truncate]=60 [issend]=60 [probe_cancel]=60 [zero_bytes]=60
+    [big_checksum]=120 [vector_type]=60 [collectives]=90 [threads]=120
+    [errors]=60 [huge]=300
+)
+
+PASSED=0
+FAILED=0
+FAILURES=()
+declare -A BUILT=()
+
+mkdir -p "$BUILD_DIR" "$LOG_DIR"
+
+matches() { [[ -z "$FILTER" || "$1" =~ $FILTER ]]; }
+
+has_provider() { [[ " $PROVIDERS " == *" $1 "* ]]; }
+
+# ---------------------------------------------------------------- build -----
+
+build_all() {
+    local src prog
+    for src in "$SRC_DIR"/*.c; do
+        prog=$(basename "$src" .c)
+        if mpicc -O2 -Wall -Werror -pthread -o "$BUILD_DIR/$prog" "$src" \
+            >"$LOG_DIR/build-$prog.log" 2>&1; then
+            BUILT[$prog]=1
+        else
+            echo "FAIL build $prog"
+            sed 's/^/    | /' "$LOG_DIR/build-$prog.log" | tail -n 30
+            FAILED=$((FAILED + 1))
+            FAILURES+=("build $prog ($LOG_DIR/build-$prog.log)")
+        fi
+    done
+}
+
+# ------------------------------------------------------------- helpers ------
+
+report_ok() { # name prov np secs
+    printf 'ok   %s (%s, np %s, %ss)\n' "$1" "$2" "$3" "$4"
+    PASSED=$((PASSED + 1))
+}
+
+report_fail() { # name prov np secs log reason...
+    local name=$1 prov=$2 np=$3 secs=$4 log=$5
+    shift 5
+    printf 'FAIL %s (%s, np %s, %ss): %s\n' "$name" "$prov" "$np" "$secs" "$*"
+    if [[ -s "$log" ]]; then
+        echo "    --- last lines of $log"
+        { grep -v 'rustofi: rank=' "$log" || true; } | tail -n 25 | sed 's/^/    | /'
+        local -a rf
+        mapfile -t rf < <(rank_stderr_files "$log")
+        { grep -ho 'rustofi: rank=.*' "${rf[@]}" || true; } | sed 's/^/    | /'
+    fi
+    FAILED=$((FAILED + 1))
+    FAILURES+=("$name ($prov, np $np): $* [$log]")
+}
+
+elapsed() { # start
+    awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'
+}
+
+log_path() { # id
+    local f=${1//[^A-Za-z0-9_.=+-]/_}
+    echo "$LOG_DIR/$f.log"
+}
+
+# Runs "$@" under timeout with output in $2; sets RC.
+run_logged() { # timeout log cmd...
+    local to=$1 log=$2
+    shift 2
+    rm -rf "$log.ranks"
+    RC=0
+    timeout -k 15 "$to" "$@" >"$log" 2>&1 </dev/null || RC=$?
+}
+
+rc_reason() {
+    case $1 in
+        124 | 137) echo "timed out (hang?)" ;;
+        *) echo "mpirun exited with status $1" ;;
+    esac
+}
+
+# The files holding the ranks' stderr for a run logged to $1: mpirun's
+# --output-filename keeps each rank's output whole (in the combined mpirun
+# output, partial writes of different ranks can interleave within a line).
+rank_stderr_files() { # log
+    local f found=0
+    for f in "$1".ranks/*/rank.*/stderr; do
+        if [[ -f "$f" ]]; then
+            echo "$f"
+            found=1
+        fi
+    done
+    if ((!found)); then
+        echo "$1"
+    fi
+}
+
+# Did rank 0 print "PASS <prog>"?  Looked up in rank 0's own stdout when
+# available, for the same reason.
+has_pass() { # log prog
+    local f
+    for f in "$1".ranks/*/rank.0/stdout; do
+        if [[ -f "$f" ]]; then
+            grep -qx "PASS $2" "$f"
+            return
+        fi
+    done
+    grep -q "PASS $2\$" "$1"
+}
+
+# Parses the rustofi counter lines of a run.  On success prints one line
+#   nlines sent_msgs recv_msgs sent_bytes recv_bytes eager rndv unexpected errors
+# (sums over ranks); on a problem prints "ERR <reason>" lines.
+# Args: log np provider(or "") require_traffic(0/1)
+parse_counters() {
+    local -a files
+    mapfile -t files < <(rank_stderr_files "$1")
+    awk -v np="$2" -v prov="$3" -v traffic="$4" '
+    function fail(msg) { print "ERR " msg; bad = 1 }
+    {
+        p = index($0, "rustofi: rank=")
+        if (p == 0) next
+        line = substr($0, p + 9)
+        n = split(line, kv, " ")
+        delete f
+        for (i = 1; i <= n; i++) {
+            eq = index(kv[i], "=")
+            if (eq > 0) f[substr(kv[i], 1, eq - 1)] = substr(kv[i], eq + 1)
+        }
+        nl++
+        split("rank provider sent_msgs sent_bytes recv_msgs recv_bytes eager rndv unexpected errors", req, " ")
+        for (i = 1; i in req; i++)
+            if (!(req[i] in f)) { fail("counter line lacks " req[i] ": " line); next }
+        for (i = 1; i in req; i++)
+            if (req[i] != "provider" && f[req[i]] !~ /^[0-9]+$/) {
+                fail("counter line field " req[i] " is not a number: " line); next
+            }
+        r = f["rank"] + 0
+        if (r >= np) fail("counter line for rank " r " but np=" np)
+        if (r in seen) fail("two counter lines for rank " r)
+        seen[r] = 1
+        if (prov != "" && index(f["provider"], prov) == 0)
+            fail("rank " r " used provider \"" f["provider"] "\", requested " prov)
+        if (traffic && (f["sent_msgs"] + 0 == 0 || f["recv_msgs"] + 0 == 0))
+            fail("rank " r " did not carry point-to-point traffic through rustofi (sent_msgs=" f["sent_msgs"] " recv_msgs=" f["recv_msgs"] ")")
+        sm += f["sent_msgs"]; rm += f["recv_msgs"]
+        sb += f["sent_bytes"]; rb += f["recv_bytes"]
+        eg += f["eager"]; rv += f["rndv"]; ux += f["unexpected"]; er += f["errors"]
+    }
+    END {
+        for (r = 0; r < np; r++)
+            if (!(r in seen)) fail("no rustofi counter line from rank " r)
+        if (!bad) printf "%d %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f\n", nl, sm, rm, sb, rb, eg, rv, ux, er
+    }' "${files[@]}"
+}
+
+# Checks the eager/rndv split against the STATS line a program printed.
+# Args: log limit sums...  Prints a reason on failure.
+check_protocol_split() {
+    local log=$1 limit=$2 eager=$3 rndv=$4
+    local stats
+    stats=$(grep -o 'STATS [a-z_]* .*' "$log" | head -n 1) || true
+    if [[ -z "$stats" ]]; then
+        echo "program printed no STATS line"
+        return
+    fi
+    awk -v s="$stats" -v L="$limit" -v eager="$eager" -v rndv="$rndv" 'BEGIN {
+        n = split(s, kv, " ")
+        for (i = 3; i <= n; i++) { split(kv[i], a, "="); v[a[1]] = a[2] + 0 }
+        msgs = v["msgs"]
+        if (L == 0)          { big = msgs - v["zero"]; small = 0 }
+        else if (L == 8192)  { big = v["gt8192"];  small = msgs - v["gt8192"] - v["eq8192"] }
+        else if (L == 65536) { big = v["gt65536"]; small = msgs - v["gt65536"] - v["eq65536"] }
+        else exit
+        # counted once (one side) or twice (both sides) per message
+        k = int((eager + rndv) / msgs + 0.5)
+        if (k < 1) k = 1
+        if (rndv < k * big)
+            printf "eager_limit %d: %d messages above the limit (x%d sides) but rndv=%d\n", L, big, k, rndv
+        else if (eager < k * small)
+            printf "eager_limit %d: %d messages below the limit (x%d sides) but eager=%d\n", L, small, k, eager
+    }'
+}
+
+# ----------------------------------------------------------- test runs ------
+#
+# run_test <prog> <provider> <np> <checks> [param=value ...] [-- prog args]
+#
+# param=value becomes --mca mtl_rustofi_<param> <value>.  <checks> is a
+# space-separated list of extra assertions:
+#   clean         errors=0 and sent/recv message and byte sums balance
+#                 (when STRICT_COUNTERS=1)
+#   limit=N       eager/rndv split matches the program's STATS for limit N
+#   rndv>=N       sum of rndv counters at least N
+#   unexpected>=N sum of unexpected counters at least N
+#   recv_bytes>=N sum of recv_bytes at least N
+#   errors>=N     sum of errors counters at least N
+#   grep=WORD     output contains WORD
+run_test() {
+    local prog=$1 prov=$2 np=$3 checks=$4
+    shift 4
+    local -a mca=() pargs=()
+    local variant="" param
+    while (($#)); do
+        if [[ $1 == -- ]]; then
+            shift
+            pargs=("$@")
+            break
+        fi
+        param=$1
+        mca+=(--mca "mtl_rustofi_${param%%=*}" "${param#*=}")
+        variant+="${variant:+,}$param"
+        shift
+    done
+    local name=$prog
+    if ((${#pargs[@]})); then
+        name+=":$(IFS=,; echo "${pargs[*]}")"
+    fi
+    if [[ -n "$variant" ]]; then
+        name+=":$variant"
+    fi
+
+    if [[ -n "$BASELINE" ]]; then
+        # variants and fault injection are rustofi-specific
+        if [[ -n "$variant" ]]; then
+            return 0
+        fi
+        prov=$BASELINE
+    fi
+    matches "$name $prov np$np" || return 0
+    local log
+    log=$(log_path "$name-$prov-np$np")
+    if [[ -z "${BUILT[$prog]:-}" ]]; then
+        report_fail "$name" "$prov" "$np" 0 /dev/null "program did not build"
+        return 0
+    fi
+
+    local -a cmd=(mpirun -np "$np" --bind-to none --output-filename "$log.ranks")
+    if ((np > 2)); then
+        cmd+=(--oversubscribe)
+    fi
+    if [[ -n "$BASELINE" ]]; then
+        # single_copy_mechanism none: ob1's CMA and tcp btl rendezvous paths
+        # write past the receive buffer on truncation in Open MPI 4.1.4.
+        cmd+=(--mca pml ob1 --mca btl_vader_single_copy_mechanism none)
+    else
+        cmd+=(--mca mtl rustofi --mca mtl_rustofi_provider_include "$prov"
+            --mca mtl_rustofi_verbose 1)
+    fi
+    cmd+=("${mca[@]}" "${EXTRA_ARGS[@]}" "$BUILD_DIR/$prog" "${pargs[@]}")
+
+    local to=$((${TIMEOUT[$prog]:-60} * TIMEOUT_SCALE)) t0=$EPOCHREALTIME
+    echo "# ${cmd[*]}" >"$log.cmd"
+    run_logged "$to" "$log" "${cmd[@]}"
+    local secs
+    secs=$(elapsed "$t0")
+
+    if ((RC != 0)); then
+        report_fail "$name" "$prov" "$np" "$secs" "$log" "$(rc_reason $RC)"
+        return 0
+    fi
+    if grep -q 'FAIL:' "$log"; then
+        report_fail "$name" "$prov" "$np" "$secs" "$log" \
+            "$(grep -m1 -o 'FAIL:.*' "$log")"
+        return 0
+    fi
+    if ! has_pass "$log" "$prog"; then
+        report_fail "$name" "$prov" "$np" "$secs" "$log" "no 'PASS $prog' line"
+        return 0
+    fi
+    if [[ -n "$BASELINE" ]]; then
+        report_ok "$name" "$prov" "$np" "$secs"
+        return 0
+    fi
+
+    local parsed
+    parsed=$(parse_counters "$log" "$np" "$prov" 1)
+    if [[ "$parsed" == ERR* ]]; then
+        report_fail "$name" "$prov" "$np" "$secs" "$log" \
+            "$(echo "$parsed" | sed 's/^ERR //' | paste -sd ';' -)"
+        return 0
+    fi
+    local sm rm sb rb eg rv ux er
+    read -r _ sm rm sb rb eg rv ux er <<<"$parsed"
+    local why="" c
+    for c in $checks; do
+        case $c in
+            clean)
+                ((STRICT_COUNTERS)) || continue
+                if ((er != 0)); then
+                    why="errors=$er summed over ranks on a run without errors"
+                elif ((sm != rm)); then
+                    why="sum(sent_msgs)=$sm but sum(recv_msgs)=$rm"
+                elif ((sb != rb)); then
+                    why="sum(sent_bytes)=$sb but sum(recv_bytes)=$rb"
+                fi
+                ;;
+            limit=*) why=$(check_protocol_split "$log" "${c#limit=}" "$eg" "$rv") ;;
+            rndv\>=*) ((rv >= ${c#rndv>=})) || why="sum(rndv)=$rv, expected >= ${c#rndv>=}" ;;
+            unexpected\>=*) ((ux >= ${c#unexpected>=})) ||
+                why="sum(unexpected)=$ux, expected >= ${c#unexpected>=}" ;;
+            recv_bytes\>=*) ((rb >= ${c#recv_bytes>=})) ||
+                why="sum(recv_bytes)=$rb, expected >= ${c#recv_bytes>=}" ;;
+            errors\>=*) ((er >= ${c#errors>=})) ||
+                why="sum(errors)=$er, expected >= ${c#errors>=}" ;;
+            grep=*) grep -qi -- "${c#grep=}" "$log" ||
+                why="output does not contain '${c#grep=}'" ;;
+            *) why="runner bug: unknown check '$c'" ;;
+        esac
+        [[ -z "$why" ]] || break
+    done
+    if [[ -n "$why" ]]; then
+        report_fail "$name" "$prov" "$np" "$secs" "$log" "$why"
+    else
+        report_ok "$name" "$prov" "$np" "$secs"
+    fi
+}
+
+# -------------------------------------------------- configuration checks ----
+
+# A run with bad rustofi parameters: the job must complete correctly (on
+# ob1 when ob1_required=1), and the output must contain every word given.
+# check_bad_input <name> <ob1_required> <words> <mpirun args...>
+check_bad_input() {
+    local name=$1 need_ob1=$2 words=$3
+    shift 3
+    matches "$name - np2" || return 0
+    local prog=order_wildcard log t0=$EPOCHREALTIME
+    log=$(log_path "$name")
+    if [[ -z "${BUILT[$prog]:-}" ]]; then
+        report_fail "$name" - 2 0 /dev/null "$prog did not build"
+        return 0
+    fi
+    local -a cmd=(mpirun -np 2 --bind-to none --output-filename "$log.ranks"
+        --mca pml_base_verbose 10 "$@"
+        "${EXTRA_ARGS[@]}" "$BUILD_DIR/$prog")
+    echo "# ${cmd[*]}" >"$log.cmd"
+    run_logged $((60 * TIMEOUT_SCALE)) "$log" "${cmd[@]}"
+    local secs why="" w
+    secs=$(elapsed "$t0")
+    if ((RC != 0)); then
+        why="$(rc_reason $RC) (a bad parameter must not break the job)"
+    elif ! has_pass "$log" "$prog" || grep -q 'FAIL:' "$log"; then
+        why="program output not correct"
+    else
+        for w in $words; do
+            grep -q -- "$w" "$log" || { why="no message mentioning $w"; break; }
+        done
+    fi
+    if [[ -z "$why" && $need_ob1 == 1 ]]; then
+        if ! grep -q 'select: component ob1 selected' "$log"; then
+            why="pml ob1 was not selected (fallback expected)"
+        elif grep -q 'rustofi: rank=' "$log"; then
+            why="rustofi counter lines printed although rustofi should be disabled"
+        fi
+    fi
+    if [[ -n "$why" ]]; then
+        report_fail "$name" - 2 "$secs" "$log" "$why"
+    else
+        report_ok "$name" - 2 "$secs"
+    fi
+}
+
+check_selection() {
+    local prog=order_wildcard log t0 secs why parsed
+    if [[ -z "${BUILT[$prog]:-}" ]]; then
+        return 0
+    fi
+    # Default launch: rustofi must stay out of the way.
+    if matches "select_default - np2"; then
+        log=$(log_path select_default)
+        t0=$EPOCHREALTIME
+        echo "# OMPI_MCA_mtl_rustofi_verbose=1 mpirun -np 2 --bind-to none --mca pml_base_verbose 10 $prog" >"$log.cmd"
+        run_logged $((60 * TIMEOUT_SCALE)) "$log" env OMPI_MCA_mtl_rustofi_verbose=1 \
+            mpirun -np 2 --bind-to none --output-filename "$log.ranks" \
+            --mca pml_base_verbose 10 \
+            "${EXTRA_ARGS[@]}" "$BUILD_DIR/$prog"
+        secs=$(elapsed "$t0")
+        why=""
+        if ((RC != 0)); then
+            why=$(rc_reason $RC)
+        elif ! has_pass "$log" "$prog"; then
+            why="program output not correct"
+        elif grep -q 'rustofi: rank=' "$log"; then
+            why="rustofi carried traffic in a default launch (counter line printed)"
+        elif ! grep -q 'select: component ob1 selected' "$log"; then
+            why="pml ob1 not selected by default"
+        fi
+        if [[ -n "$why" ]]; then
+            report_fail select_default - 2 "$secs" "$log" "$why"
+        else
+            report_ok select_default - 2 "$secs"
+        fi
+    fi
+    # --mca mtl rustofi alone: pml cm with rustofi.
+    if matches "select_rustofi - np2"; then
+        log=$(log_path select_rustofi)
+        t0=$EPOCHREALTIME
+        local -a cmd=(mpirun -np 2 --bind-to none --output-filename "$log.ranks"
+            --mca pml_base_verbose 10 --mca mtl rustofi --mca mtl_rustofi_verbose 1 "${EXTRA_ARGS[@]}"
+            "$BUILD_DIR/$prog")
+        echo "# ${cmd[*]}" >"$log.cmd"
+        run_logged $((60 * TIMEOUT_SCALE)) "$log" "${cmd[@]}"
+        secs=$(elapsed "$t0")
+        why=""
+        if ((RC != 0)); then
+            why=$(rc_reason $RC)
+        elif ! has_pass "$log" "$prog"; then
+            why="program output not correct"
+        elif ! grep -q 'select: component cm selected' "$log"; then
+            why="pml cm not selected with --mca mtl rustofi"
+        else
+            parsed=$(parse_counters "$log" 2 "" 1)
+            if [[ "$parsed" == ERR* ]]; then
+                why=$(echo "$parsed" | sed 's/^ERR //' | paste -sd ';' -)
+            fi
+        fi
+        if [[ -n "$why" ]]; then
+            report_fail select_rustofi - 2 "$secs" "$log" "$why"
+        else
+            report_ok select_rustofi - 2 "$secs"
+        fi
+    fi
+}
+
+check_ompi_info() {
+    matches "ompi_info_params - np0" || return 0
+    local log t0=$EPOCHREALTIME why="" p
+    log=$(log_path ompi_info_params)
+    echo "# ompi_info --param mtl rustofi --level 9 --parsable" >"$log.cmd"
+    run_logged 60 "$log" ompi_info --param mtl rustofi --level 9 --parsable
+    if ((RC != 0)); then
+        why="ompi_info exited with status $RC"
+    else
+        for p in priority provider_include provider_exclude eager_limit verbose \
+            rndv_protocol rndv_chunk_size fault_inject; do
+            if ! grep -q "^mca:mtl:rustofi:param:mtl_rustofi_$p:value:" "$log"; then
+                why="parameter mtl_rustofi_$p not listed"
+                break
+            fi
+            if ! grep -Eq "^mca:mtl:rustofi:param:mtl_rustofi_$p:help:.*[[:alpha:]]" "$log"; then
+                why="parameter mtl_rustofi_$p has no help text"
+                break
+            fi
+        done
+    fi
+    local secs
+    secs=$(elapsed "$t0")
+    if [[ -n "$why" ]]; then
+        report_fail ompi_info_params - 0 "$secs" "$log" "$why"
+    else
+        report_ok ompi_info_params - 0 "$secs"
+    fi
+}
+
+# ------------------------------------------------------------------ main ----
+
+echo "== building test programs into $BUILD_DIR"
+build_all
+
+if [[ -z "$BASELINE" && ! -f "$RUSTOFI_MCA_DIR/mca_mtl_rustofi.so" ]]; then
+    echo "error: $RUSTOFI_MCA_DIR/mca_mtl_rustofi.so not found; build the" \
+        "component first or set RUSTOFI_MCA_DIR" >&2
+    exit 2
+fi
+
+if [[ -n "$BASELINE" ]]; then
+    echo "== baseline run on pml $BASELINE (no rustofi)"
+    PROVIDERS=tcp # one pass; provider-specific runs collapse onto the baseline
+else
+    echo "== rustofi from $RUSTOFI_MCA_DIR, providers: $PROVIDERS"
+fi
+
+P2P_PROGS="order_wildcard posting_order unexpected_reverse truncate issend
+    probe_cancel zero_bytes big_checksum vector_type"
+
+# Any other program in tests/mpi (e.g. a regression test) runs at np 2 on
+# every provider with the basic checks; it must follow the same conventions
+# (common.h: "PASS <name>" from rank 0, "FAIL: ..." and nonzero exit).
+KNOWN_PROGS=" ${P2P_PROGS//[[:space:]]/ } collectives threads errors huge "
+OTHER_PROGS=()
+for src in "$SRC_DIR"/*.c; do
+    prog=$(basename "$src" .c)
+    if [[ "$KNOWN_PROGS" != *" $prog "* ]]; then
+        OTHER_PROGS+=("$prog")
+    fi
+done
+
+for prov in $PROVIDERS; do
+    for prog in "${OTHER_PROGS[@]}"; do
+        run_test "$prog" "$prov" 2 ""
+    done
+    for prog in $P2P_PROGS; do
+        case $prog in
+            order_wildcard) run_test "$prog" "$prov" 2 "clean limit=8192" ;;
+            unexpected_reverse)
+                run_test "$prog" "$prov" 2 "clean limit=8192 unexpected>=50" ;;
+            big_checksum) run_test "$prog" "$prov" 2 "clean rndv>=4" ;;
+            truncate | probe_cancel) run_test "$prog" "$prov" 2 "" ;;
+            *) run_test "$prog" "$prov" 2 "clean" ;;
+        esac
+    done
+    run_test collectives "$prov" 2 "clean"
+    run_test collectives "$prov" 4 "clean"
+    run_test threads "$prov" 2 "clean"
+    run_test errors "$prov" 2 "clean" -- expect_ok
+    # fault injection.  shm's CMA path reads the peer's memory with
+    # process_vm_readv at the advertised address without checking the key,
+    # so a corrupted key need not produce a completion error there: only
+    # require no hang and, if the receive succeeds, intact data.
+    # Where the provider turns a bad RMA key into something other than a
+    # completion error, the fault test does not apply: udp;ofi_rxd neither
+    # completes nor fails the read (it retransmits forever), and
+    # tcp;ofi_rxm drops the whole connection (the reader gets the error, the
+    # FIN to the sender cannot be delivered). sockets reports a clean error.
+    if [[ $prov == shm ]]; then
+        run_test errors "$prov" 2 "" fault_inject=rma_key \
+            rndv_protocol=read -- expect_any
+    elif [[ $prov == udp || $prov == tcp ]]; then
+        :
+    else
+        run_test errors "$prov" 2 "errors>=1" fault_inject=rma_key \
+            rndv_protocol=read -- expect_error
+    fi
+    run_test order_wildcard "$prov" 2 "grep=malformed" fault_inject=bad_packet
+done
+
+if has_provider tcp; then
+    run_test order_wildcard tcp 3 "clean limit=8192"
+    run_test order_wildcard tcp 4 "clean limit=8192"
+    run_test collectives tcp 3 "clean"
+    run_test threads tcp 3 "clean"
+    run_test threads tcp 4 "clean"
+    # protocol variants
+    for prog in big_checksum truncate vector_type probe_cancel; do
+        case $prog in
+            big_checksum) c="clean rndv>=4" ;;
+            vector_type) c="clean" ;;
+            *) c="" ;;
+        esac
+        run_test "$prog" tcp 2 "$c" rndv_protocol=send
+    done
+    run_test big_checksum tcp 2 "clean rndv>=4" rndv_protocol=read
+    run_test truncate tcp 2 "" rndv_protocol=read
+    # many chunks, odd size (tail of a chunk)
+    run_test big_checksum tcp 2 "clean rndv>=4" rndv_chunk_size=1048576 -- 67108867
+    for limit in 0 65536; do
+        run_test order_wildcard tcp 2 "clean limit=$limit" eager_limit=$limit
+        run_test unexpected_reverse tcp 2 "clean limit=$limit" eager_limit=$limit
+    done
+fi
+
+for prov in tcp shm; do
+    if has_provider $prov; then
+        run_test huge $prov 2 "clean rndv>=1 recv_bytes>=2147483647"
+        run_test huge $prov 2 "clean rndv>=1 recv_bytes>=2147483647" \
+            rndv_chunk_size=268435456
+    fi
+done
+
+if [[ -z "$BASELINE" ]]; then
+    check_bad_input badinput_nosuchprov 1 "mtl_rustofi_provider_include" \
+        --mca mtl rustofi --mca mtl_rustofi_provider_include nosuchprov
+    check_bad_input badinput_include_exclude 1 \
+        "mtl_rustofi_provider_include mtl_rustofi_provider_exclude" \
+        --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
+        --mca mtl_rustofi_provider_exclude shm
+    check_bad_input badinput_empty_include 1 "mtl_rustofi_provider_include" \
+        --mca mtl rustofi --mca mtl_rustofi_provider_include ""
+    check_bad_input badinput_eager_limit 0 "mtl_rustofi_eager_limit" \
+        --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
+        --mca mtl_rustofi_eager_limit -5
+    check_selection
+    check_ompi_info
+fi
+
+echo
+echo "$PASSED passed, $FAILED failed"
+if ((FAILED)); then
+    echo "failures:"
+    for f in "${FAILURES[@]}"; do
+        echo "  $f"
+    done
+    exit 1
+fi
