@@ -256,6 +256,8 @@ struct State {
     next_key: u64,
     /// Completions drained by a caller that cannot deliver them itself.
     scratch: Vec<CqEntry>,
+    /// Transmit-side operations posted and not yet completed.
+    inflight: usize,
 }
 
 // SAFETY: State holds raw pointers to request objects and registered
@@ -295,6 +297,10 @@ pub struct Engine {
     buf_size: usize,
     rndv_read: bool,
     chunk: usize,
+    /// Most transmit operations in flight: the provider's tx queue depth.
+    /// Some providers (udp;ofi_rxd) accept more without EAGAIN and then
+    /// stall, so the engine queues the excess itself.
+    tx_depth: usize,
 }
 
 fn fi_ok(ret: isize) -> Result<(), isize> {
@@ -357,6 +363,7 @@ impl Engine {
         let av = AddressVector::open(&domain)?;
         let ep = Endpoint::open(&domain, info, &cq, &av)?;
         let rx_count = settings.rx_buffers.min(info.rx_size().max(8));
+        let tx_depth = info.tx_size().clamp(16, 1 << 20);
         let fault = settings.fault;
         let engine = Engine {
             state: UnsafeCell::new(State {
@@ -374,6 +381,7 @@ impl Engine {
                 fault,
                 next_key: 1,
                 scratch: vec![CqEntry::default(); 64],
+                inflight: 0,
             }),
             inbox: Inbox::new(),
             token: Token::new(),
@@ -392,6 +400,7 @@ impl Engine {
             buf_size,
             rndv_read,
             chunk,
+            tx_depth,
         };
         engine.post_rx_buffers(rx_count)?;
         Ok(engine)
@@ -764,12 +773,15 @@ impl Engine {
     /// Posts a filled transmit buffer; on EAGAIN it is queued for retry.
     fn post_tx(&self, st: &mut State, b: Box<TxBuf>) -> Result<(), EngineError> {
         let raw = Box::into_raw(b);
-        if !st.retry.is_empty() {
+        if !st.retry.is_empty() || st.inflight >= self.tx_depth {
             st.retry.push_back(Retry::Tx(raw));
             return Ok(());
         }
         match self.try_post_tx(raw) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                st.inflight += 1;
+                Ok(())
+            }
             Err(EAGAIN) => {
                 st.retry.push_back(Retry::Tx(raw));
                 Ok(())
@@ -1265,12 +1277,12 @@ impl Engine {
 
     fn queue_chunk(&self, st: &mut State, op: ChunkOp) {
         let raw = Box::into_raw(Box::new(op));
-        if !st.retry.is_empty() {
+        if !st.retry.is_empty() || st.inflight >= self.tx_depth {
             st.retry.push_back(Retry::Chunk(raw));
             return;
         }
         match self.try_post_chunk(st, raw) {
-            Ok(()) => {}
+            Ok(()) => st.inflight += 1,
             Err(EAGAIN) => st.retry.push_back(Retry::Chunk(raw)),
             Err(r) => self.chunk_failed(st, raw, &crate::fabric::strerror(-r as i32)),
         }
@@ -1400,13 +1412,16 @@ impl Engine {
     }
 
     fn run_retries(&self, st: &mut State, out: &mut Vec<Completion>) {
-        while let Some(item) = st.retry.pop_front() {
+        while st.inflight < self.tx_depth {
+            let Some(item) = st.retry.pop_front() else {
+                return;
+            };
             let r = match item {
                 Retry::Tx(raw) => self.try_post_tx(raw),
                 Retry::Chunk(raw) => self.try_post_chunk(st, raw),
             };
             match r {
-                Ok(()) => {}
+                Ok(()) => st.inflight += 1,
                 Err(EAGAIN) => {
                     st.retry.push_front(item);
                     return;
@@ -1456,11 +1471,13 @@ impl Engine {
                 // returns ownership.
                 let b = unsafe { Box::from_raw(e.op_context as *mut TxBuf) };
                 st.tx_free.push(b);
+                st.inflight = st.inflight.saturating_sub(1);
             }
             OpKind::Chunk => {
                 let raw = e.op_context as *mut ChunkOp;
                 // SAFETY: a posted chunk is a leaked Box; completion returns it.
                 let c = unsafe { Box::from_raw(raw) };
+                st.inflight = st.inflight.saturating_sub(1);
                 if c.recv_side {
                     if let Some(r) = st.rndv_recv.get_mut(&c.id) {
                         r.outstanding -= 1;
@@ -1547,10 +1564,12 @@ impl Engine {
                 }
             }
             OpKind::Tx => {
+                st.inflight = st.inflight.saturating_sub(1);
                 let raw = err.context as *mut TxBuf;
                 self.tx_failed(st, raw, &err.message, out);
             }
             OpKind::Chunk => {
+                st.inflight = st.inflight.saturating_sub(1);
                 let raw = err.context as *mut ChunkOp;
                 let id = raw_id(raw);
                 self.stats.errors.fetch_add(1, Relaxed);
