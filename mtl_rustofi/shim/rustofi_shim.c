@@ -515,11 +515,10 @@ static int rustofi_send(struct mca_mtl_base_module_t *mtl, struct ompi_communica
     return b.error;
 }
 
-static int rustofi_mtl_irecv(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm,
-                             int src, int tag, struct opal_convertor_t *convertor,
-                             mca_mtl_request_t *mtl_request)
+/* Where a receive lands: the user buffer, or a bounce buffer unpacked
+ * through the convertor at completion (non-contiguous types). */
+static int prepare_recv(struct opal_convertor_t *convertor, RustofiReqHead *head)
 {
-    RustofiReqHead *head = (RustofiReqHead *) mtl_request;
     void *start = NULL;
     size_t length = 0;
     bool free_after = false;
@@ -531,10 +530,30 @@ static int rustofi_mtl_irecv(struct mca_mtl_base_module_t *mtl, struct ompi_comm
     head->buffer = start;
     head->length = length;
     head->free_after = free_after;
-    if (0 != rustofi_irecv(comm->c_contextid, src, tag, start, length, head)) {
-        if (free_after) {
-            free(start);
-        }
+    return OMPI_SUCCESS;
+}
+
+/* Frees the bounce buffer of a receive that could not be started. */
+static void release_recv(RustofiReqHead *head)
+{
+    if (head->free_after) {
+        free(head->buffer);
+        head->buffer = NULL;
+        head->free_after = false;
+    }
+}
+
+static int rustofi_mtl_irecv(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm,
+                             int src, int tag, struct opal_convertor_t *convertor,
+                             mca_mtl_request_t *mtl_request)
+{
+    RustofiReqHead *head = (RustofiReqHead *) mtl_request;
+    int ret = prepare_recv(convertor, head);
+    if (OMPI_SUCCESS != ret) {
+        return ret;
+    }
+    if (0 != rustofi_irecv(comm->c_contextid, src, tag, head->buffer, head->length, head)) {
+        release_recv(head);
         return OMPI_ERROR;
     }
     return OMPI_SUCCESS;
@@ -595,23 +614,14 @@ static int rustofi_mtl_imrecv(struct mca_mtl_base_module_t *mtl,
 {
     RustofiReqHead *head = (RustofiReqHead *) mtl_request;
     void *handle = (*message)->req_ptr;
-    void *start = NULL;
-    size_t length = 0;
-    bool free_after = false;
-    int ret = ompi_mtl_datatype_recv_buf(convertor, &start, &length, &free_after);
+    int ret = prepare_recv(convertor, head);
     if (OMPI_SUCCESS != ret) {
         return ret;
     }
-    head->convertor = convertor;
-    head->buffer = start;
-    head->length = length;
-    head->free_after = free_after;
     ompi_message_return(*message);
     *message = MPI_MESSAGE_NULL;
-    if (0 != rustofi_imrecv(handle, start, length, head)) {
-        if (free_after) {
-            free(start);
-        }
+    if (0 != rustofi_imrecv(handle, head->buffer, head->length, head)) {
+        release_recv(head);
         return OMPI_ERROR;
     }
     return OMPI_SUCCESS;

@@ -851,12 +851,8 @@ impl Engine {
             sync,
             req,
         };
-        // SAFETY: per the function contract; the command lives in the
-        // request, which stays valid until the send completes.
-        unsafe {
-            let cmd = req.init(buf as *mut u8, len, op);
-            self.submit(cmd, out)
-        }
+        // SAFETY: per the function contract.
+        unsafe { self.start(req, buf as *mut u8, len, op, out) }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -992,8 +988,25 @@ impl Engine {
         out: &mut Vec<Completion>,
     ) -> Result<(), EngineError> {
         // SAFETY: per the function contract.
+        unsafe { self.start(req, buf, cap, Op::Recv { sel, req }, out) }
+    }
+
+    /// Initialises a request's state and submits its command.
+    ///
+    /// # Safety
+    /// As for `isend`/`irecv`: buffer and request valid until completion.
+    unsafe fn start(
+        &self,
+        req: ReqPtr,
+        buf: *mut u8,
+        cap: usize,
+        op: Op,
+        out: &mut Vec<Completion>,
+    ) -> Result<(), EngineError> {
+        // SAFETY: per the function contract; the command lives in the
+        // request, which stays valid until the operation completes.
         unsafe {
-            let cmd = req.init(buf, cap, Op::Recv { sel, req });
+            let cmd = req.init(buf, cap, op);
             self.submit(cmd, out)
         }
     }
@@ -1036,10 +1049,7 @@ impl Engine {
         out: &mut Vec<Completion>,
     ) -> Result<(), EngineError> {
         // SAFETY: per the function contract.
-        unsafe {
-            let cmd = req.init(buf, cap, Op::Mrecv { msg, req });
-            self.submit(cmd, out)
-        }
+        unsafe { self.start(req, buf, cap, Op::Mrecv { msg, req }, out) }
     }
 
     /// Cancels a queued receive. Returns true if it was cancelled (and a
