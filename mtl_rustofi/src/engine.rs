@@ -770,6 +770,18 @@ impl Engine {
         Ok(b)
     }
 
+    /// Returns a transmit buffer to the pool. Bursts beyond the provider's
+    /// queue depth grow the pool (each queued eager send holds its copy);
+    /// the excess is freed again as the burst drains.
+    fn recycle_tx(&self, st: &mut State, b: Box<TxBuf>) {
+        if st.tx_free.len() >= self.tx_depth.max(256) {
+            st.tx_total -= 1;
+            drop(b);
+        } else {
+            st.tx_free.push(b);
+        }
+    }
+
     /// Posts a filled transmit buffer; on EAGAIN it is queued for retry.
     fn post_tx(&self, st: &mut State, b: Box<TxBuf>) -> Result<(), EngineError> {
         let raw = Box::into_raw(b);
@@ -1480,7 +1492,7 @@ impl Engine {
                 // SAFETY: a posted TxBuf is a leaked Box; its completion
                 // returns ownership.
                 let b = unsafe { Box::from_raw(e.op_context as *mut TxBuf) };
-                st.tx_free.push(b);
+                self.recycle_tx(st, b);
                 st.inflight = st.inflight.saturating_sub(1);
             }
             OpKind::Chunk => {
