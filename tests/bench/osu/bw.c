@@ -9,15 +9,7 @@ int main(int argc, char **argv)
     int rank, np, errors = 0;
     MPI_Request req[OSU_WINDOW];
     char ack[4] = {0};
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &np);
-    if (np < 2) {
-        if (rank == 0)
-            fprintf(stderr, "bw needs at least 2 ranks\n");
-        MPI_Finalize();
-        return 2;
-    }
+    osu_init(&argc, &argv, "bw", 2, &rank, &np);
     osu_args(argc, argv, 1);
     unsigned char *buf = osu_alloc(osu_max_size);
     if (rank == 0) {

@@ -6,15 +6,7 @@
 int main(int argc, char **argv)
 {
     int rank, np, errors = 0;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &np);
-    if (np < 2) {
-        if (rank == 0)
-            fprintf(stderr, "lat needs at least 2 ranks\n");
-        MPI_Finalize();
-        return 2;
-    }
+    osu_init(&argc, &argv, "lat", 2, &rank, &np);
     osu_args(argc, argv, 1);
     unsigned char *sbuf = osu_alloc(osu_max_size), *rbuf = osu_alloc(osu_max_size);
     int peer = rank == 0 ? 1 : 0;

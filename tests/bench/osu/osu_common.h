@@ -100,4 +100,21 @@ static int osu_finish(int errors)
     return total ? 1 : 0;
 }
 
+
+/* MPI_Init, rank and size; exits with status 2 (message from rank 0) when
+ * fewer than min_np ranks run. */
+static inline void osu_init(int *argc, char ***argv, const char *name, int min_np, int *rank,
+                            int *np)
+{
+    MPI_Init(argc, argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, np);
+    if (*np < min_np) {
+        if (*rank == 0)
+            fprintf(stderr, "%s needs at least %d ranks\n", name, min_np);
+        MPI_Finalize();
+        exit(2);
+    }
+}
+
 #endif
