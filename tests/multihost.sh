@@ -6,7 +6,9 @@
 # tests/multihost/agent.sh (an ssh stand-in), so the two ranks run in different
 # network namespaces and can only talk over the veth link: the component must
 # publish a usable fabric address through the modex and carry the MPI traffic
-# over libfabric's tcp provider.
+# over libfabric's tcp provider. With two ranks per host, same-host pairs
+# talk over the shm rail and cross-host pairs over tcp at the same time,
+# under one matching engine (wildcard receives see both).
 #
 #   tests/multihost.sh            (root; BUILD_DIR overrides target/multihost)
 #
@@ -85,14 +87,16 @@ h2_counter() {
     ip netns exec "${HOSTS[1]}" cat "/sys/class/net/$IFACE/statistics/$1"
 }
 
-# mpirun inside h1 (hostname h1), 2 ranks, one per host.  Output to file $1.
+# mpirun inside h1 (hostname h1), NP ranks spread evenly over the hosts
+# (NP/2 per host).  Output to file $1.
 run_mpi() {
-    local out=$1
-    shift
+    local out=$1 np=$2
+    shift 2
     timeout -k 10 "$RUN_TIMEOUT" \
         ip netns exec "${HOSTS[0]}" unshare --uts \
         sh -c 'hostname "$0" && exec "$@"' "${HOSTS[0]}" \
-        mpirun -np 2 --hostfile "$tmp/hostfile" --bind-to none \
+        mpirun -np "$np" --hostfile "$tmp/hostfile$((np / 2))" --bind-to none \
+        --map-by node --oversubscribe \
         --mca plm_rsh_agent "$AGENT" \
         --mca oob_tcp_if_include "$IFACE" \
         -x FI_TCP_IFACE="$IFACE" \
@@ -103,59 +107,70 @@ run_mpi() {
     wait $!
 }
 
-# check_test NAME MIN_RX MIN_TX: runs BUILD_DIR/NAME over mtl rustofi and
-# checks exit code, PASS line, per-rank counters and the veth byte counters
-# of h2 (received and sent bytes must grow by at least MIN_RX and MIN_TX).
+# check_test NAME NP MIN_RX MIN_TX NET SHM: runs BUILD_DIR/NAME over mtl
+# rustofi (shm rail on its default, auto) with NP ranks, and checks exit
+# code, PASS line, per-rank counters (each rank reaches NET peers over tcp
+# and SHM over shm, itself included) and the veth byte counters of h2
+# (received and sent bytes must grow by at least MIN_RX and MIN_TX).
 check_test() {
-    local name=$1 min_rx=$2 min_tx=$3 out="$tmp/$1.out"
-    local rx0 tx0 rx1 tx1 rc r line sent recv n
+    local name=$1 np=$2 min_rx=$3 min_tx=$4 want_net=$5 want_shm=$6
+    local out="$tmp/$1-np$2.out" label="$1 np$2"
+    local rx0 tx0 rx1 tx1 rc r line sent recv n net shm pat
     rx0=$(h2_counter rx_bytes) && tx0=$(h2_counter tx_bytes) || {
-        fail "$name" "cannot read the byte counters of $IFACE in ${HOSTS[1]}"
+        fail "$label" "cannot read the byte counters of $IFACE in ${HOSTS[1]}"
         return
     }
-    run_mpi "$out" --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
+    run_mpi "$out" "$np" --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
         --mca mtl_rustofi_verbose 1 "$BUILD_DIR/$name"
     rc=$?
     rx1=$(h2_counter rx_bytes)
     tx1=$(h2_counter tx_bytes)
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-        fail "$name" "timed out after ${RUN_TIMEOUT}s (exit code $rc)"
-        show_tail "$name" "$out"
+        fail "$label" "timed out after ${RUN_TIMEOUT}s (exit code $rc)"
+        show_tail "$label" "$out"
         return
     fi
     if [ "$rc" -ne 0 ]; then
-        fail "$name" "mpirun exit code $rc"
-        show_tail "$name" "$out"
+        fail "$label" "mpirun exit code $rc"
+        show_tail "$label" "$out"
         return
     fi
     if ! grep -q "^PASS $name\$" "$out"; then
-        fail "$name" "no 'PASS $name' line in the output"
-        show_tail "$name" "$out"
+        fail "$label" "no 'PASS $name' line in the output"
+        show_tail "$label" "$out"
         return
     fi
-    for r in 0 1; do
+    pat="provider=tcp;ofi_rxm shm=[a-z]+ net_peers=[0-9]+ shm_peers=[0-9]+ sent_msgs=[0-9]+ sent_bytes=[0-9]+ recv_msgs=[0-9]+"
+    for r in $(seq 0 $((np - 1))); do
         # grep -o: a counter line may share a line with other stderr text.
-        n=$(grep -oE "rustofi: rank=$r provider=tcp;ofi_rxm sent_msgs=[0-9]+ sent_bytes=[0-9]+ recv_msgs=[0-9]+" "$out" | wc -l)
+        n=$(grep -oE "rustofi: rank=$r $pat" "$out" | wc -l)
         if [ "$n" -ne 1 ]; then
-            fail "$name" "expected 1 counter line 'rustofi: rank=$r provider=tcp;ofi_rxm ...', found $n"
-            show_tail "$name" "$out"
+            fail "$label" "expected 1 counter line 'rustofi: rank=$r provider=tcp;ofi_rxm ...', found $n"
+            show_tail "$label" "$out"
             return
         fi
-        line=$(grep -oE "rustofi: rank=$r provider=tcp;ofi_rxm sent_msgs=[0-9]+ sent_bytes=[0-9]+ recv_msgs=[0-9]+" "$out")
+        line=$(grep -oE "rustofi: rank=$r $pat" "$out")
         sent=$(sed -E 's/.* sent_msgs=([0-9]+).*/\1/' <<<"$line")
         recv=$(sed -E 's/.* recv_msgs=([0-9]+).*/\1/' <<<"$line")
+        net=$(sed -E 's/.* net_peers=([0-9]+).*/\1/' <<<"$line")
+        shm=$(sed -E 's/.* shm_peers=([0-9]+).*/\1/' <<<"$line")
         if [ "$sent" -eq 0 ] || [ "$recv" -eq 0 ]; then
-            fail "$name" "rank $r counted no traffic (sent_msgs=$sent recv_msgs=$recv)"
-            show_tail "$name" "$out"
+            fail "$label" "rank $r counted no traffic (sent_msgs=$sent recv_msgs=$recv)"
+            show_tail "$label" "$out"
+            return
+        fi
+        if [ "$net" -ne "$want_net" ] || [ "$shm" -ne "$want_shm" ]; then
+            fail "$label" "rank $r reaches $net peers over tcp and $shm over shm, expected $want_net and $want_shm"
+            show_tail "$label" "$out"
             return
         fi
     done
     if [ $((rx1 - rx0)) -lt "$min_rx" ] || [ $((tx1 - tx0)) -lt "$min_tx" ]; then
-        fail "$name" "$IFACE in ${HOSTS[1]} received $((rx1 - rx0)) and sent $((tx1 - tx0)) bytes, expected at least $min_rx and $min_tx"
-        show_tail "$name" "$out"
+        fail "$label" "$IFACE in ${HOSTS[1]} received $((rx1 - rx0)) and sent $((tx1 - tx0)) bytes, expected at least $min_rx and $min_tx"
+        show_tail "$label" "$out"
         return
     fi
-    ok "$name (${HOSTS[1]} $IFACE rx +$((rx1 - rx0)) tx +$((tx1 - tx0)) bytes)"
+    ok "$label (${HOSTS[1]} $IFACE rx +$((rx1 - rx0)) tx +$((tx1 - tx0)) bytes)"
 }
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -176,9 +191,11 @@ if ! setup >"$tmp/setup.out" 2>&1; then
     show_tail setup "$tmp/setup.out"
     exit 1
 fi
-: >"$tmp/hostfile"
+: >"$tmp/hostfile1"
+: >"$tmp/hostfile2"
 for i in "${!HOSTS[@]}"; do
-    echo "${ADDRS[$i]} slots=1" >>"$tmp/hostfile"
+    echo "${ADDRS[$i]} slots=1" >>"$tmp/hostfile1"
+    echo "${ADDRS[$i]} slots=2" >>"$tmp/hostfile2"
 done
 # agent.sh maps the hostfile addresses to namespace and host names.
 export RUSTOFI_MH_HOSTS=""
@@ -204,7 +221,7 @@ done
 
 # The two ranks run on different hosts: rank 0 on h1, rank 1 on h2.
 out="$tmp/hosts.out"
-run_mpi "$out" sh -c 'echo "rank=$OMPI_COMM_WORLD_RANK host=$(hostname)"'
+run_mpi "$out" 2 sh -c 'echo "rank=$OMPI_COMM_WORLD_RANK host=$(hostname)"'
 rc=$?
 want=$(printf 'rank=0 host=%s\nrank=1 host=%s' "${HOSTS[0]}" "${HOSTS[1]}")
 got=$(grep '^rank=' "$out" | sort)
@@ -219,9 +236,15 @@ else
 fi
 
 # order_wildcard: rank 1 (h2) sends 1,421,980 payload bytes to rank 0.
-check_test order_wildcard 0 1421980
+# One rank per host: the peer over tcp, itself over shm.
+check_test order_wildcard 2 0 1421980 1 1
 # big_checksum: 64 MiB messages in both directions.
-check_test big_checksum $((64 * MIB)) $((64 * MIB))
+check_test big_checksum 2 $((64 * MIB)) $((64 * MIB)) 1 1
+# Two ranks per host (--map-by node: ranks 0, 2 on h1 and 1, 3 on h2):
+# every rank receives by wildcard from a same-host peer over shm and a
+# remote one over tcp at once.
+check_test order_wildcard 4 0 1421980 2 2
+check_test big_checksum 4 $((64 * MIB)) $((64 * MIB)) 2 2
 
 if [ "$failures" -ne 0 ]; then
     echo "multihost: $failures check(s) failed"

@@ -174,6 +174,7 @@ has_pass() { # log prog
 
 # Parses the rustofi counter lines of a run.  On success prints one line
 #   nlines sent_msgs recv_msgs sent_bytes recv_bytes eager rndv unexpected errors
+#   net_peers shm_peers
 # (sums over ranks); on a problem prints "ERR <reason>" lines.
 # Args: log np provider(or "") require_traffic(0/1)
 parse_counters() {
@@ -210,11 +211,12 @@ parse_counters() {
         sm += f["sent_msgs"]; rm += f["recv_msgs"]
         sb += f["sent_bytes"]; rb += f["recv_bytes"]
         eg += f["eager"]; rv += f["rndv"]; ux += f["unexpected"]; er += f["errors"]
+        np_ += f["net_peers"]; sp += f["shm_peers"]
     }
     END {
         for (r = 0; r < np; r++)
             if (!(r in seen)) fail("no rustofi counter line from rank " r)
-        if (!bad) printf "%d %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f\n", nl, sm, rm, sb, rb, eg, rv, ux, er
+        if (!bad) printf "%d %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f\n", nl, sm, rm, sb, rb, eg, rv, ux, er, np_, sp
     }' "${files[@]}"
 }
 
@@ -260,6 +262,11 @@ check_protocol_split() {
 #   recv_bytes>=N sum of recv_bytes at least N
 #   errors>=N     sum of errors counters at least N
 #   grep=WORD     output contains WORD
+#   shm_peers=N   sum over ranks of peers reached through the shm rail is N
+#                 (each rank counts itself); net_peers=N likewise
+#
+# Runs use mtl_rustofi_shm=off unless a shm=... parameter is given, so that
+# the named provider carries the traffic.
 run_test() {
     local prog=$1 prov=$2 np=$3 checks=$4
     shift 4
@@ -310,6 +317,9 @@ run_test() {
     else
         cmd+=(--mca mtl rustofi --mca mtl_rustofi_provider_include "$prov"
             --mca mtl_rustofi_verbose 1)
+        if [[ ",$variant" != *",shm="* ]]; then
+            cmd+=(--mca mtl_rustofi_shm off)
+        fi
     fi
     cmd+=("${mca[@]}" "${EXTRA_ARGS[@]}" "$BUILD_DIR/$prog" "${pargs[@]}")
 
@@ -344,8 +354,8 @@ run_test() {
             "$(echo "$parsed" | sed 's/^ERR //' | paste -sd ';' -)"
         return 0
     fi
-    local sm rm sb rb eg rv ux er
-    read -r _ sm rm sb rb eg rv ux er <<<"$parsed"
+    local sm rm sb rb eg rv ux er npeers speers
+    read -r _ sm rm sb rb eg rv ux er npeers speers <<<"$parsed"
     local why="" c
     for c in $checks; do
         case $c in
@@ -369,6 +379,10 @@ run_test() {
                 why="sum(errors)=$er, expected >= ${c#errors>=}" ;;
             grep=*) grep -qi -- "${c#grep=}" "$log" ||
                 why="output does not contain '${c#grep=}'" ;;
+            shm_peers=*) ((speers == ${c#shm_peers=})) ||
+                why="sum(shm_peers)=$speers, expected ${c#shm_peers=}" ;;
+            net_peers=*) ((npeers == ${c#net_peers=})) ||
+                why="sum(net_peers)=$npeers, expected ${c#net_peers=}" ;;
             *) why="runner bug: unknown check '$c'" ;;
         esac
         [[ -z "$why" ]] || break
@@ -497,7 +511,7 @@ check_ompi_info() {
         why="ompi_info exited with status $RC"
     else
         for p in priority provider_include provider_exclude eager_limit verbose \
-            rndv_protocol rndv_chunk_size fault_inject; do
+            rndv_protocol rndv_chunk_size fault_inject shm; do
             if ! grep -q "^mca:mtl:rustofi:param:mtl_rustofi_$p:value:" "$log"; then
                 why="parameter mtl_rustofi_$p not listed"
                 break
@@ -614,6 +628,29 @@ if has_provider tcp; then
     done
 fi
 
+# The shm rail beside a network provider: same-host peers over shm, one
+# matching engine. Every rank reaches all np ranks (itself included) through
+# shm, none through the network provider.
+for prov in tcp udp; do
+    has_provider $prov || continue
+    for prog in $P2P_PROGS; do
+        case $prog in
+            truncate | probe_cancel) c="shm_peers=4 net_peers=0" ;;
+            big_checksum) c="clean rndv>=4 shm_peers=4 net_peers=0" ;;
+            *) c="clean shm_peers=4 net_peers=0" ;;
+        esac
+        [[ $prov == tcp || $prog == order_wildcard ]] || continue
+        run_test "$prog" "$prov" 2 "$c" shm=on
+    done
+done
+if has_provider tcp; then
+    run_test collectives tcp 4 "clean shm_peers=16 net_peers=0" shm=auto
+    run_test threads tcp 3 "clean shm_peers=9 net_peers=0" shm=auto
+    run_test big_checksum tcp 2 "clean rndv>=4 shm_peers=4" shm=on rndv_protocol=send
+    # off really keeps same-host peers on the network provider
+    run_test order_wildcard tcp 2 "clean shm_peers=0 net_peers=4" shm=off
+fi
+
 for prov in tcp shm; do
     if has_provider $prov; then
         run_test huge $prov 2 "clean rndv>=1 recv_bytes>=2147483647"
@@ -634,6 +671,9 @@ if [[ -z "$BASELINE" ]]; then
     check_bad_input badinput_eager_limit 0 "mtl_rustofi_eager_limit" \
         --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
         --mca mtl_rustofi_eager_limit -5
+    check_bad_input badinput_shm 1 "mtl_rustofi_shm" \
+        --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
+        --mca mtl_rustofi_shm sometimes
     check_selection
     check_ompi_info
 fi

@@ -42,6 +42,7 @@ static char *param_exclude = NULL;
 static int param_eager_limit = 8192;
 static int param_verbose = 0;
 static char *param_rndv_protocol = NULL;
+static char *param_shm = NULL;
 static long param_rndv_chunk = 64L * 1024 * 1024;
 static int param_rx_buffers = 256;
 static char *param_fault_inject = NULL;
@@ -118,6 +119,14 @@ static int rustofi_component_register(void)
                                     "least 4096; also capped by the provider's max_msg_size)",
                                     MCA_BASE_VAR_TYPE_LONG, NULL, 0, 0, OPAL_INFO_LVL_5,
                                     MCA_BASE_VAR_SCOPE_READONLY, &param_rndv_chunk);
+    param_shm = "auto";
+    reg_string("shm",
+               "Reach peers on the same host through libfabric's shm provider beside the network "
+               "provider, with one matching engine above both: auto (on for tcp, udp, sockets and "
+               "other providers that would loop local traffic through the network stack; off for "
+               "efa, which already routes same-host peers through shm itself, and when the "
+               "provider is shm), on, or off",
+               OPAL_INFO_LVL_3, &param_shm);
     reg_int("rx_buffers", "Receive bounce buffers kept posted (8..65536)", OPAL_INFO_LVL_5,
             &param_rx_buffers);
     reg_string("fault_inject",
@@ -320,6 +329,7 @@ static mca_mtl_base_module_t *rustofi_component_init(bool enable_progress_thread
         .rx_buffers = param_rx_buffers,
         .verbose = param_verbose,
         .fault_inject = param_fault_inject,
+        .shm = param_shm,
         .named = rustofi_named(),
         .my_name = proc_name64(OMPI_PROC_MY_NAME),
         .rank = (int64_t) OMPI_PROC_MY_NAME->vpid,
@@ -383,7 +393,9 @@ static int rustofi_add_procs(struct mca_mtl_base_module_t *mtl, size_t nprocs,
                         procs[i]->super.proc_name.vpid);
             return OMPI_ERR_UNREACH;
         }
-        size_t handle = rustofi_add_peer(proc_name64(&procs[i]->super.proc_name), addr, size);
+        bool local = OPAL_PROC_ON_LOCAL_NODE(procs[i]->super.proc_flags);
+        size_t handle =
+            rustofi_add_peer(proc_name64(&procs[i]->super.proc_name), addr, size, local);
         free(addr);
         if (0 == handle) {
             return OMPI_ERR_UNREACH;

@@ -12,6 +12,17 @@ pub enum RndvProtocol {
     Send,
 }
 
+/// Whether same-host peers are reached through libfabric's shm provider
+/// beside the network provider (MCA `shm`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShmMode {
+    /// On unless the network provider already keeps same-host traffic in
+    /// shared memory itself (efa) or is shm itself: see [`shm_wanted`].
+    Auto,
+    On,
+    Off,
+}
+
 /// A fault the test suite can inject (MCA `fault_inject`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -34,6 +45,7 @@ pub struct Settings {
     pub rx_buffers: usize,
     pub verbose: i32,
     pub fault: Fault,
+    pub shm: ShmMode,
     /// The user named this component (`--mca mtl rustofi`) or set its
     /// provider list: software providers may then be used.
     pub explicit: bool,
@@ -57,6 +69,7 @@ pub struct RawParams<'a> {
     pub rx_buffers: i64,
     pub verbose: i64,
     pub fault_inject: Option<&'a str>,
+    pub shm: Option<&'a str>,
     pub named: bool,
 }
 
@@ -132,6 +145,16 @@ pub fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
             ))
         }
     };
+    let shm = match p.shm.unwrap_or("auto").trim().to_ascii_lowercase().as_str() {
+        "" | "auto" => ShmMode::Auto,
+        "on" | "1" | "true" | "yes" => ShmMode::On,
+        "off" | "0" | "false" | "no" => ShmMode::Off,
+        other => {
+            return Err(format!(
+                "mtl_rustofi_shm = '{other}' is invalid: use auto, on or off"
+            ))
+        }
+    };
     Ok(Settings {
         include,
         exclude,
@@ -141,8 +164,39 @@ pub fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         rx_buffers: p.rx_buffers as usize,
         verbose: p.verbose as i32,
         fault,
+        shm,
         explicit: p.named || p.include_set,
     })
+}
+
+/// Providers that already move same-host traffic through shared memory
+/// themselves (EFA hands local peers to its embedded shm provider).
+pub const ROUTES_LOCAL_ITSELF: &[&str] = &["efa"];
+
+/// Whether to open the shm provider as a second rail for same-host peers,
+/// given the network provider's name. `auto` says yes for providers that
+/// would otherwise loop same-host traffic through the network stack (tcp,
+/// udp, sockets, verbs, ...), no for efa (it routes local peers through
+/// shm internally, so a second rail would only duplicate that) and no when
+/// the network provider is shm itself.
+pub fn shm_wanted(mode: ShmMode, provider: &str) -> bool {
+    if name_matches("shm", provider) {
+        return false;
+    }
+    match mode {
+        ShmMode::Off => false,
+        ShmMode::On => true,
+        ShmMode::Auto => !ROUTES_LOCAL_ITSELF
+            .iter()
+            .any(|p| name_matches(p, provider)),
+    }
+}
+
+/// The entry of the shm provider among `candidates`, if it is offered.
+pub fn shm_index(candidates: &[String]) -> Option<usize> {
+    candidates
+        .iter()
+        .position(|c| c.eq_ignore_ascii_case("shm"))
 }
 
 /// Numeric parameters whose raw text is checked by [`check_numeric`].
@@ -282,6 +336,32 @@ mod tests {
             .iter()
             .map(|s| s.to_string())
             .collect()
+    }
+
+    #[test]
+    fn shm_mode_parses_and_defaults_per_provider() {
+        let mut p = raw();
+        assert_eq!(validate(&p).unwrap().shm, ShmMode::Auto);
+        p.shm = Some(" OFF ");
+        assert_eq!(validate(&p).unwrap().shm, ShmMode::Off);
+        p.shm = Some("on");
+        assert_eq!(validate(&p).unwrap().shm, ShmMode::On);
+        p.shm = Some("sometimes");
+        let e = validate(&p).unwrap_err();
+        assert!(
+            e.contains("mtl_rustofi_shm") && e.contains("sometimes"),
+            "{e}"
+        );
+        assert!(shm_wanted(ShmMode::Auto, "tcp;ofi_rxm"));
+        assert!(shm_wanted(ShmMode::Auto, "udp;ofi_rxd"));
+        assert!(shm_wanted(ShmMode::Auto, "sockets"));
+        assert!(!shm_wanted(ShmMode::Auto, "efa"));
+        assert!(shm_wanted(ShmMode::On, "efa"));
+        assert!(!shm_wanted(ShmMode::Off, "tcp;ofi_rxm"));
+        assert!(
+            !shm_wanted(ShmMode::On, "shm"),
+            "shm needs no second shm rail"
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::order::Reorder;
 use crate::request::{Cmd, Op, ReqPtr, NO_POST};
 pub use crate::request::{MessageHandle, ProbeInfo};
 use crate::sys;
-use crate::wire::{self, Header, Kind};
+use crate::wire::{self, Header, Kind, RailKind};
 use hashbrown::HashMap;
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
@@ -71,6 +71,9 @@ pub struct Stats {
     pub rndv: AtomicU64,
     pub unexpected: AtomicU64,
     pub errors: AtomicU64,
+    /// Peers reached through the network rail and through the shm rail.
+    pub net_peers: AtomicU64,
+    pub shm_peers: AtomicU64,
 }
 
 /// Provider capabilities the engine specialises on.
@@ -142,6 +145,8 @@ struct ChunkOp {
     /// Key of the rendezvous in `rndv_recv` or `rndv_send`.
     id: u64,
     recv_side: bool,
+    /// The rail the peer is reached through.
+    rail: usize,
     op: ChunkKind,
     local: *mut u8,
     len: usize,
@@ -191,6 +196,10 @@ struct Held {
 }
 
 struct Peer {
+    /// The rail this peer is reached through (shm for same-host peers when
+    /// both sides opened it, else the network rail).
+    rail: usize,
+    /// The peer's address in that rail's address vector.
     addr: u64,
     eager_limit: usize,
     tx_seq: u32,
@@ -236,10 +245,8 @@ const READS_IN_FLIGHT: usize = 8;
 const CHUNK_BITS: u32 = 20;
 const RNDV_ID_MASK: u64 = (1 << 28) - 1;
 
-struct State {
-    matcher: Matcher<ReqPtr, Unexpected>,
-    peers: Vec<Peer>,
-    by_name: HashMap<u64, usize>,
+/// Per-rail mutable state (token holder only).
+struct RailState {
     // Boxed: the provider holds the address of each posted buffer, so it
     // must not move when the vectors grow.
     #[allow(clippy::vec_box)]
@@ -248,6 +255,36 @@ struct State {
     tx_free: Vec<Box<TxBuf>>,
     tx_total: usize,
     retry: VecDeque<Retry>,
+    /// Transmit-side operations posted and not yet completed.
+    inflight: usize,
+    /// Peers reached through this rail. A rail without peers has nothing
+    /// to deliver and is not polled (polling an idle network provider
+    /// costs a system call, which would dominate shared-memory latency).
+    peers: usize,
+}
+
+impl RailState {
+    fn new() -> RailState {
+        RailState {
+            rx: Vec::new(),
+            tx_free: Vec::new(),
+            tx_total: 0,
+            retry: VecDeque::new(),
+            inflight: 0,
+            peers: 0,
+        }
+    }
+
+    fn busy(&self) -> bool {
+        self.tx_free.len() < self.tx_total || !self.retry.is_empty()
+    }
+}
+
+struct State {
+    matcher: Matcher<ReqPtr, Unexpected>,
+    peers: Vec<Peer>,
+    by_name: HashMap<u64, usize>,
+    rails: Vec<RailState>,
     sync_wait: HashMap<u64, ReqPtr>,
     rndv_send: HashMap<u64, SendRndv>,
     rndv_recv: HashMap<u64, RecvRndv>,
@@ -256,8 +293,6 @@ struct State {
     next_key: u64,
     /// Completions drained by a caller that cannot deliver them itself.
     scratch: Vec<CqEntry>,
-    /// Transmit-side operations posted and not yet completed.
-    inflight: usize,
 }
 
 // SAFETY: State holds raw pointers to request objects and registered
@@ -283,17 +318,30 @@ pub struct Engine {
     /// Set if a panic unwound through the token holder: the state may be
     /// inconsistent, so every later call fails.
     poisoned: AtomicBool,
+    /// Rail 0 is the network provider; rail 1, if open, the shm provider
+    /// for same-host peers. One matcher serves both.
+    rails: Vec<Rail>,
+    /// The network provider's name and capabilities.
+    pub provider: String,
+    pub caps: Caps,
+    pub settings: Settings,
+    pub stats: Stats,
+    my_name: u64,
+}
+
+/// One libfabric endpoint with what it needs. Fields drop in declaration
+/// order: endpoint, completion queue, address vector, domain, fabric.
+struct Rail {
     ep: Option<Endpoint>,
     cq: Arc<CompletionQueue>,
     av: Arc<AddressVector>,
     domain: Arc<Domain>,
     _fabric: Arc<Fabric>,
     _info: InfoList,
-    pub provider: String,
-    pub caps: Caps,
-    pub settings: Settings,
-    pub stats: Stats,
-    my_name: u64,
+    kind: RailKind,
+    provider: String,
+    caps: Caps,
+    /// Size of each bounce buffer: header plus the largest eager payload.
     buf_size: usize,
     rndv_read: bool,
     chunk: usize,
@@ -301,26 +349,17 @@ pub struct Engine {
     /// Some providers (udp;ofi_rxd) accept more without EAGAIN and then
     /// stall, so the engine queues the excess itself.
     tx_depth: usize,
+    rx_count: usize,
 }
 
-fn fi_ok(ret: isize) -> Result<(), isize> {
-    if ret == 0 {
-        Ok(())
-    } else {
-        Err(ret)
-    }
-}
-
-const EAGAIN: isize = -(sys::FI_EAGAIN as isize);
-
-impl Engine {
-    /// Opens the provider chosen by `select` among `list`.
-    pub fn open(
-        list: InfoList,
+impl Rail {
+    fn open(
+        list: &InfoList,
         index: usize,
-        settings: Settings,
-        my_name: u64,
-    ) -> Result<Engine, EngineError> {
+        kind: RailKind,
+        settings: &Settings,
+        rndv: RndvProtocol,
+    ) -> Result<Rail, EngineError> {
         let info: Info<'_> = list
             .iter()
             .nth(index)
@@ -345,7 +384,7 @@ impl Engine {
                 settings.eager_limit, caps.max_msg
             )));
         }
-        let rndv_read = match settings.rndv {
+        let rndv_read = match rndv {
             RndvProtocol::Auto => caps.rma,
             RndvProtocol::Read if !caps.rma => {
                 return Err(EngineError(format!(
@@ -364,16 +403,86 @@ impl Engine {
         let ep = Endpoint::open(&domain, info, &cq, &av)?;
         let rx_count = settings.rx_buffers.min(info.rx_size().max(8));
         let tx_depth = info.tx_size().clamp(16, 1 << 20);
+        Ok(Rail {
+            ep: Some(ep),
+            cq,
+            av,
+            domain,
+            _fabric: fabric,
+            _info: one,
+            kind,
+            provider,
+            caps,
+            buf_size,
+            rndv_read,
+            chunk,
+            tx_depth,
+            rx_count,
+        })
+    }
+
+    fn ep(&self) -> &Endpoint {
+        self.ep.as_ref().expect("endpoint open until drop")
+    }
+
+    fn cq_raw(&self) -> *mut sys::fid_cq {
+        self.cq.raw_handle()
+    }
+}
+
+fn fi_ok(ret: isize) -> Result<(), isize> {
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(ret)
+    }
+}
+
+const EAGAIN: isize = -(sys::FI_EAGAIN as isize);
+
+impl Engine {
+    /// Opens the network provider at `index` of `list` and, if `shm` names
+    /// an entry, the shm provider beside it for same-host peers. A shm rail
+    /// that cannot be opened is reported and left out unless `shm_required`.
+    pub fn open(
+        list: InfoList,
+        index: usize,
+        shm: Option<usize>,
+        shm_required: bool,
+        settings: Settings,
+        my_name: u64,
+    ) -> Result<Engine, EngineError> {
+        let net = Rail::open(&list, index, RailKind::Net, &settings, settings.rndv)?;
+        let mut rails = vec![net];
+        if let Some(i) = shm {
+            // The shm rail reads when it can, unless the user asked for the
+            // send protocol everywhere.
+            let rndv = match settings.rndv {
+                RndvProtocol::Send => RndvProtocol::Send,
+                _ => RndvProtocol::Auto,
+            };
+            match Rail::open(&list, i, RailKind::Shm, &settings, rndv) {
+                Ok(r) => rails.push(r),
+                Err(e) if shm_required => {
+                    return Err(EngineError(format!(
+                        "mtl_rustofi_shm = on, but the shm provider cannot be opened: {}",
+                        e.0
+                    )))
+                }
+                Err(e) => crate::log::error(&format!(
+                    "the shm provider cannot be opened ({}); same-host peers use {} \
+                     (set mtl_rustofi_shm = off to silence this)",
+                    e.0, rails[0].provider
+                )),
+            }
+        }
         let fault = settings.fault;
         let engine = Engine {
             state: UnsafeCell::new(State {
                 matcher: Matcher::new(),
                 peers: Vec::new(),
                 by_name: HashMap::new(),
-                rx: Vec::new(),
-                tx_free: Vec::new(),
-                tx_total: 0,
-                retry: VecDeque::new(),
+                rails: rails.iter().map(|_| RailState::new()).collect(),
                 sync_wait: HashMap::new(),
                 rndv_send: HashMap::new(),
                 rndv_recv: HashMap::new(),
@@ -381,94 +490,101 @@ impl Engine {
                 fault,
                 next_key: 1,
                 scratch: vec![CqEntry::default(); 64],
-                inflight: 0,
             }),
             inbox: Inbox::new(),
             token: Token::new(),
             poisoned: AtomicBool::new(false),
-            ep: Some(ep),
-            cq,
-            av,
-            domain,
-            _fabric: fabric,
-            _info: one,
-            provider,
-            caps,
+            provider: rails[0].provider.clone(),
+            caps: rails[0].caps,
+            rails,
             settings,
             stats: Stats::default(),
             my_name,
-            buf_size,
-            rndv_read,
-            chunk,
-            tx_depth,
         };
-        engine.post_rx_buffers(rx_count)?;
+        drop(list);
+        for r in 0..engine.rails.len() {
+            engine.post_rx_buffers(r)?;
+        }
         Ok(engine)
     }
 
-    fn ep(&self) -> &Endpoint {
-        self.ep.as_ref().expect("endpoint open until drop")
+    /// The shm provider's name if a shm rail is open.
+    pub fn shm_provider(&self) -> Option<&str> {
+        self.rails
+            .iter()
+            .find(|r| r.kind == RailKind::Shm)
+            .map(|r| r.provider.as_str())
     }
 
     fn register(
         &self,
         st: &mut State,
+        rail: usize,
         addr: *const u8,
         len: usize,
         access: u64,
     ) -> Result<MemoryRegion, FiError> {
-        let key = if self.caps.mr_prov_key {
+        let rl = &self.rails[rail];
+        let key = if rl.caps.mr_prov_key {
             0
         } else {
             st.next_key += 1;
             st.next_key
         };
-        let bind = if self.caps.mr_endpoint {
-            Some(self.ep())
+        let bind = if rl.caps.mr_endpoint {
+            Some(rl.ep())
         } else {
             None
         };
         // SAFETY: every caller keeps the memory alive until the region is
         // dropped (bounce buffers own both; rendezvous state drops the MR
         // before completing the request that owns the user buffer).
-        unsafe { MemoryRegion::register(&self.domain, addr, len.max(1), access, key, bind) }
+        unsafe { MemoryRegion::register(&rl.domain, addr, len.max(1), access, key, bind) }
     }
 
-    fn post_rx_buffers(&self, count: usize) -> Result<(), EngineError> {
+    fn post_rx_buffers(&self, rail: usize) -> Result<(), EngineError> {
         // SAFETY: called from `open` before the engine is shared.
         let st = unsafe { &mut *self.state.get() };
-        for _ in 0..count {
+        let rl = &self.rails[rail];
+        for _ in 0..rl.rx_count {
             let mut rx = Box::new(RxBuf {
                 ctx: OpCtx {
                     fi: Default::default(),
                     kind: OpKind::Rx,
                 },
-                mem: vec![0u8; self.buf_size].into_boxed_slice(),
+                mem: vec![0u8; rl.buf_size].into_boxed_slice(),
                 mr: None,
             });
-            if self.caps.mr_local {
-                rx.mr =
-                    Some(self.register(st, rx.mem.as_ptr(), rx.mem.len(), sys::FI_RECV as u64)?);
+            if rl.caps.mr_local {
+                rx.mr = Some(self.register(
+                    st,
+                    rail,
+                    rx.mem.as_ptr(),
+                    rx.mem.len(),
+                    sys::FI_RECV as u64,
+                )?);
             }
-            self.repost_rx(&mut rx).map_err(|r| {
+            self.repost_rx(rail, &mut rx).map_err(|r| {
                 EngineError(format!(
-                    "fi_recv failed: {}",
+                    "fi_recv on {} failed: {}",
+                    rl.provider,
                     crate::fabric::strerror(-r as i32)
                 ))
             })?;
-            st.rx.push(rx);
+            st.rails[rail].rx.push(rx);
         }
         Ok(())
     }
 
-    fn repost_rx(&self, rx: &mut RxBuf) -> Result<(), isize> {
+    fn repost_rx(&self, rail: usize, rx: &mut RxBuf) -> Result<(), isize> {
+        let rl = &self.rails[rail];
         let desc = rx.mr.as_ref().map_or(ptr::null_mut(), |m| m.desc());
         loop {
             // SAFETY: the buffer and its context live in a Box owned by the
             // engine until after the endpoint is closed (Engine::drop).
             let r = unsafe {
                 sys::fi_recv(
-                    self.ep().raw(),
+                    rl.ep().raw(),
                     rx.mem.as_mut_ptr() as *mut c_void,
                     rx.mem.len(),
                     desc,
@@ -481,23 +597,21 @@ impl Engine {
             }
             // Receive queue full: drive the provider until it takes it.
             // SAFETY: a zero-length read just progresses the provider.
-            unsafe { sys::fi_cq_read(self.cq_raw(), ptr::null_mut(), 0) };
+            unsafe { sys::fi_cq_read(rl.cq_raw(), ptr::null_mut(), 0) };
         }
-    }
-
-    fn cq_raw(&self) -> *mut sys::fid_cq {
-        // The CQ wrapper keeps the raw handle private; reading zero entries
-        // through it is the same as progressing.
-        self.cq.raw_handle()
     }
 
     /// What this rank publishes through the modex.
     pub fn local_name(&self) -> Result<Vec<u8>, EngineError> {
-        Ok(wire::PeerInfo {
-            max_eager: (self.buf_size - wire::BASE_LEN) as u32,
-            addr: self.ep().name()?,
+        let mut rails = Vec::with_capacity(self.rails.len());
+        for r in &self.rails {
+            rails.push(wire::RailAddr {
+                kind: r.kind,
+                max_eager: (r.buf_size - wire::BASE_LEN) as u32,
+                addr: r.ep().name()?,
+            });
         }
-        .encode())
+        Ok(wire::PeerInfo { rails }.encode())
     }
 
     fn check_poison(&self) -> Result<(), EngineError> {
@@ -711,15 +825,17 @@ impl Engine {
         }
     }
 
-    /// Adds (or finds) a peer by process name and endpoint address; returns
-    /// its handle (index + 1).
+    /// Adds (or finds) a peer by process name and published endpoints;
+    /// `local` says it runs on this host (Open MPI's locality from the
+    /// modex). Returns its handle (index + 1).
     pub fn add_peer(
         &self,
         name: u64,
         modex: &[u8],
+        local: bool,
         out: &mut Vec<Completion>,
     ) -> Result<usize, EngineError> {
-        self.with_token(out, |st, _| self.add_peer_locked(st, name, modex))?
+        self.with_token(out, |st, _| self.add_peer_locked(st, name, modex, local))?
     }
 
     fn add_peer_locked(
@@ -727,16 +843,36 @@ impl Engine {
         st: &mut State,
         name: u64,
         modex: &[u8],
+        local: bool,
     ) -> Result<usize, EngineError> {
         if let Some(&i) = st.by_name.get(&name) {
             return Ok(i + 1);
         }
         let info = wire::PeerInfo::decode(modex).map_err(EngineError)?;
-        let fi_addr = self.av.insert(&info.addr)?;
+        // Both sides apply the same rule to the same facts (locality is
+        // symmetric, each publishes a shm address only if it opened a shm
+        // rail), so a pair always talks over the same rail both ways.
+        let shm = self.rails.iter().position(|r| r.kind == RailKind::Shm);
+        let (rail, remote) = match (local, shm, info.rail(RailKind::Shm)) {
+            (true, Some(r), Some(a)) => (r, a),
+            _ => (
+                0,
+                info.rail(RailKind::Net)
+                    .expect("decode checks the net entry"),
+            ),
+        };
+        let fi_addr = self.rails[rail].av.insert(&remote.addr)?;
         let i = st.peers.len();
+        st.rails[rail].peers += 1;
+        match self.rails[rail].kind {
+            RailKind::Net => &self.stats.net_peers,
+            RailKind::Shm => &self.stats.shm_peers,
+        }
+        .fetch_add(1, Relaxed);
         st.peers.push(Peer {
+            rail,
             // Never send an eager packet larger than the peer's buffers.
-            eager_limit: self.settings.eager_limit.min(info.max_eager as usize),
+            eager_limit: self.settings.eager_limit.min(remote.max_eager as usize),
             addr: fi_addr,
             tx_seq: 0,
             order: Reorder::new(),
@@ -748,60 +884,64 @@ impl Engine {
     // ------------------------------------------------------------------
     // Sends
 
-    fn take_tx(&self, st: &mut State) -> Result<Box<TxBuf>, EngineError> {
-        if let Some(b) = st.tx_free.pop() {
+    fn take_tx(&self, st: &mut State, rail: usize) -> Result<Box<TxBuf>, EngineError> {
+        if let Some(b) = st.rails[rail].tx_free.pop() {
             return Ok(b);
         }
+        let rl = &self.rails[rail];
         let mut b = Box::new(TxBuf {
             ctx: OpCtx {
                 fi: Default::default(),
                 kind: OpKind::Tx,
             },
-            mem: vec![0u8; self.buf_size].into_boxed_slice(),
+            mem: vec![0u8; rl.buf_size].into_boxed_slice(),
             mr: None,
             on_error: TxFollowUp::None,
             dest: 0,
             len: 0,
         });
-        if self.caps.mr_local {
-            b.mr = Some(self.register(st, b.mem.as_ptr(), b.mem.len(), sys::FI_SEND as u64)?);
+        if rl.caps.mr_local {
+            b.mr =
+                Some(self.register(st, rail, b.mem.as_ptr(), b.mem.len(), sys::FI_SEND as u64)?);
         }
-        st.tx_total += 1;
+        st.rails[rail].tx_total += 1;
         Ok(b)
     }
 
     /// Returns a transmit buffer to the pool. Bursts beyond the provider's
     /// queue depth grow the pool (each queued eager send holds its copy);
     /// the excess is freed again as the burst drains.
-    fn recycle_tx(&self, st: &mut State, b: Box<TxBuf>) {
-        if st.tx_free.len() >= self.tx_depth.max(256) {
-            st.tx_total -= 1;
+    fn recycle_tx(&self, st: &mut State, rail: usize, b: Box<TxBuf>) {
+        let rs = &mut st.rails[rail];
+        if rs.tx_free.len() >= self.rails[rail].tx_depth.max(256) {
+            rs.tx_total -= 1;
             drop(b);
         } else {
-            st.tx_free.push(b);
+            rs.tx_free.push(b);
         }
     }
 
     /// Posts a filled transmit buffer; on EAGAIN it is queued for retry.
-    fn post_tx(&self, st: &mut State, b: Box<TxBuf>) -> Result<(), EngineError> {
+    fn post_tx(&self, st: &mut State, rail: usize, b: Box<TxBuf>) -> Result<(), EngineError> {
         let raw = Box::into_raw(b);
-        if !st.retry.is_empty() || st.inflight >= self.tx_depth {
-            st.retry.push_back(Retry::Tx(raw));
+        let rs = &mut st.rails[rail];
+        if !rs.retry.is_empty() || rs.inflight >= self.rails[rail].tx_depth {
+            rs.retry.push_back(Retry::Tx(raw));
             return Ok(());
         }
-        match self.try_post_tx(raw) {
+        match self.try_post_tx(rail, raw) {
             Ok(()) => {
-                st.inflight += 1;
+                rs.inflight += 1;
                 Ok(())
             }
             Err(EAGAIN) => {
-                st.retry.push_back(Retry::Tx(raw));
+                rs.retry.push_back(Retry::Tx(raw));
                 Ok(())
             }
             Err(r) => {
                 // SAFETY: the provider rejected the buffer, so we own it again.
                 let b = unsafe { Box::from_raw(raw) };
-                st.tx_free.push(b);
+                rs.tx_free.push(b);
                 Err(EngineError(format!(
                     "fi_send failed: {}",
                     crate::fabric::strerror(-r as i32)
@@ -810,7 +950,7 @@ impl Engine {
         }
     }
 
-    fn try_post_tx(&self, raw: *mut TxBuf) -> Result<(), isize> {
+    fn try_post_tx(&self, rail: usize, raw: *mut TxBuf) -> Result<(), isize> {
         // SAFETY: `raw` is a TxBuf we own (leaked Box) until its completion.
         let b = unsafe { &mut *raw };
         let desc = b.mr.as_ref().map_or(ptr::null_mut(), |m| m.desc());
@@ -818,7 +958,7 @@ impl Engine {
         // the Box back to us.
         fi_ok(unsafe {
             sys::fi_send(
-                self.ep().raw(),
+                self.rails[rail].ep().raw(),
                 b.mem.as_ptr() as *const c_void,
                 b.len,
                 desc,
@@ -829,12 +969,13 @@ impl Engine {
     }
 
     fn send_ctrl(&self, st: &mut State, peer: usize, hdr: &Header) -> Result<(), EngineError> {
-        let mut b = self.take_tx(st)?;
+        let rail = st.peers[peer].rail;
+        let mut b = self.take_tx(st, rail)?;
         let n = hdr.encode(&mut b.mem);
         b.len = n;
         b.dest = st.peers[peer].addr;
         b.on_error = TxFollowUp::Resend(CTRL_RESENDS);
-        self.post_tx(st, b)
+        self.post_tx(st, rail, b)
     }
 
     /// Starts a send. `sync` requests MPI_Ssend semantics.
@@ -889,6 +1030,7 @@ impl Engine {
             (rs.buf as *const u8, rs.cap)
         };
         let seq = st.peers[peer].tx_seq;
+        let rail = st.peers[peer].rail;
         let mut hdr = Header::new(Kind::Eager);
         hdr.ctx = ctx;
         hdr.src = my_rank;
@@ -901,15 +1043,15 @@ impl Engine {
         if len <= st.peers[peer].eager_limit {
             if st.fault == Fault::BadPacket {
                 st.fault = Fault::None;
-                let mut b = self.take_tx(st)?;
+                let mut b = self.take_tx(st, rail)?;
                 let n = hdr.encode(&mut b.mem);
                 b.mem[0] = 0x00; // not our magic
                 b.len = n;
                 b.dest = st.peers[peer].addr;
                 b.on_error = TxFollowUp::None;
-                self.post_tx(st, b)?;
+                self.post_tx(st, rail, b)?;
             }
-            let mut b = self.take_tx(st)?;
+            let mut b = self.take_tx(st, rail)?;
             if sync {
                 hdr.flags |= wire::FLAG_SYNC;
                 hdr.cookie = st.next_cookie;
@@ -927,7 +1069,7 @@ impl Engine {
             }
             b.len = n + len;
             b.dest = st.peers[peer].addr;
-            self.post_tx(st, b)?;
+            self.post_tx(st, rail, b)?;
             st.peers[peer].tx_seq = seq.wrapping_add(1);
             self.stats.eager.fetch_add(1, Relaxed);
             if sync {
@@ -946,9 +1088,9 @@ impl Engine {
         hdr.kind = Kind::Rts;
         hdr.cookie = cookie;
         let mut mr = None;
-        if self.rndv_read {
-            let m = self.register(st, buf, len, sys::FI_REMOTE_READ as u64)?;
-            hdr.ext0 = if self.caps.mr_virt_addr {
+        if self.rails[rail].rndv_read {
+            let m = self.register(st, rail, buf, len, sys::FI_REMOTE_READ as u64)?;
+            hdr.ext0 = if self.rails[rail].caps.mr_virt_addr {
                 buf as u64
             } else {
                 0
@@ -970,11 +1112,11 @@ impl Engine {
                 failed: false,
             },
         );
-        let mut b = self.take_tx(st)?;
+        let mut b = self.take_tx(st, rail)?;
         b.len = hdr.encode(&mut b.mem);
         b.dest = st.peers[peer].addr;
         b.on_error = TxFollowUp::RndvSend(cookie);
-        if let Err(e) = self.post_tx(st, b) {
+        if let Err(e) = self.post_tx(st, rail, b) {
             st.rndv_send.remove(&cookie);
             return Err(e);
         }
@@ -1147,6 +1289,8 @@ impl Engine {
         let rs = unsafe { req.buffer() };
         let want = (hdr.len.min(rs.cap as u64)) as usize;
         let read = hdr.flags & wire::FLAG_RNDV_SEND == 0;
+        let rail = st.peers[peer].rail;
+        let rl = &self.rails[rail];
         let id = st.next_cookie & RNDV_ID_MASK;
         st.next_cookie += 1;
         let mut key = hdr.ext1;
@@ -1170,9 +1314,9 @@ impl Engine {
             failed: false,
             mr: None,
         };
-        if want > 0 && self.caps.mr_local {
+        if want > 0 && rl.caps.mr_local {
             let access = if read { sys::FI_READ } else { sys::FI_RECV } as u64;
-            match self.register(st, rs.buf, want, access) {
+            match self.register(st, rail, rs.buf, want, access) {
                 Ok(m) => r.mr = Some(m),
                 Err(e) => {
                     self.error(&format!("cannot register a receive buffer: {e}"));
@@ -1185,7 +1329,7 @@ impl Engine {
             let mut ops = Vec::new();
             let mut off = 0;
             while off < want {
-                let n = (want - off).min(self.chunk);
+                let n = (want - off).min(rl.chunk);
                 ops.push(ChunkOp {
                     ctx: OpCtx {
                         fi: Default::default(),
@@ -1193,6 +1337,7 @@ impl Engine {
                     },
                     id,
                     recv_side: true,
+                    rail,
                     op: ChunkKind::TRecv,
                     // SAFETY: off < want <= cap.
                     local: unsafe { rs.buf.add(off) },
@@ -1236,8 +1381,10 @@ impl Engine {
         if r.read && !r.failed {
             // SAFETY: the request is matched and initialised; token held.
             let base = unsafe { r.req.st().buf };
+            let rail = st.peers[r.peer].rail;
+            let chunk = self.rails[rail].chunk;
             while r.next_off < r.want && r.outstanding < READS_IN_FLIGHT {
-                let n = (r.want - r.next_off).min(self.chunk);
+                let n = (r.want - r.next_off).min(chunk);
                 ops.push(ChunkOp {
                     ctx: OpCtx {
                         fi: Default::default(),
@@ -1245,6 +1392,7 @@ impl Engine {
                     },
                     id,
                     recv_side: true,
+                    rail,
                     op: ChunkKind::Read,
                     // SAFETY: next_off < want <= cap.
                     local: unsafe { base.add(r.next_off) },
@@ -1298,14 +1446,16 @@ impl Engine {
     }
 
     fn queue_chunk(&self, st: &mut State, op: ChunkOp) {
+        let rail = op.rail;
         let raw = Box::into_raw(Box::new(op));
-        if !st.retry.is_empty() || st.inflight >= self.tx_depth {
-            st.retry.push_back(Retry::Chunk(raw));
+        let rs = &mut st.rails[rail];
+        if !rs.retry.is_empty() || rs.inflight >= self.rails[rail].tx_depth {
+            rs.retry.push_back(Retry::Chunk(raw));
             return;
         }
         match self.try_post_chunk(st, raw) {
-            Ok(()) => st.inflight += 1,
-            Err(EAGAIN) => st.retry.push_back(Retry::Chunk(raw)),
+            Ok(()) => st.rails[rail].inflight += 1,
+            Err(EAGAIN) => st.rails[rail].retry.push_back(Retry::Chunk(raw)),
             Err(r) => self.chunk_failed(st, raw, &crate::fabric::strerror(-r as i32)),
         }
     }
@@ -1314,7 +1464,7 @@ impl Engine {
         // SAFETY: `raw` is a leaked Box we own until its completion.
         let c = unsafe { &mut *raw };
         let ctx = &mut c.ctx as *mut OpCtx as *mut c_void;
-        let ep = self.ep().raw();
+        let ep = self.rails[c.rail].ep().raw();
         let ret = if c.recv_side {
             let r = st.rndv_recv.get(&c.id).expect("live rendezvous");
             let desc = r.mr.as_ref().map_or(ptr::null_mut(), |m| m.desc());
@@ -1398,28 +1548,42 @@ impl Engine {
 
     fn progress_locked(&self, st: &mut State, out: &mut Vec<Completion>) -> usize {
         let mut total = 0;
-        self.run_retries(st, out);
+        for rail in 0..self.rails.len() {
+            let rs = &st.rails[rail];
+            if rs.peers == 0 && rs.inflight == 0 && rs.retry.is_empty() {
+                continue;
+            }
+            total += self.progress_rail(st, rail, out);
+        }
+        total
+    }
+
+    fn progress_rail(&self, st: &mut State, rail: usize, out: &mut Vec<Completion>) -> usize {
+        let mut total = 0;
+        let cq = &self.rails[rail].cq;
+        self.run_retries(st, rail, out);
         loop {
             let mut entries = std::mem::take(&mut st.scratch);
-            let n = match self.cq.read(&mut entries) {
+            let n = match cq.read(&mut entries) {
                 Ok(n) => n,
                 Err(r) if r == -(sys::FI_EAVAIL as i64) => {
                     st.scratch = entries;
-                    self.handle_cq_error(st, out);
+                    self.handle_cq_error(st, rail, out);
                     total += 1;
                     continue;
                 }
                 Err(r) => {
                     st.scratch = entries;
                     self.error(&format!(
-                        "fi_cq_read failed: {}",
+                        "fi_cq_read on {} failed: {}",
+                        self.rails[rail].provider,
                         crate::fabric::strerror(-r as i32)
                     ));
                     return total;
                 }
             };
             for e in &entries[..n] {
-                self.handle_completion(st, e, out);
+                self.handle_completion(st, rail, e, out);
             }
             st.scratch = entries;
             total += n;
@@ -1428,30 +1592,30 @@ impl Engine {
             }
         }
         if total > 0 {
-            self.run_retries(st, out);
+            self.run_retries(st, rail, out);
         }
         total
     }
 
-    fn run_retries(&self, st: &mut State, out: &mut Vec<Completion>) {
-        while st.inflight < self.tx_depth {
-            let Some(item) = st.retry.pop_front() else {
+    fn run_retries(&self, st: &mut State, rail: usize, out: &mut Vec<Completion>) {
+        while st.rails[rail].inflight < self.rails[rail].tx_depth {
+            let Some(item) = st.rails[rail].retry.pop_front() else {
                 return;
             };
             let r = match item {
-                Retry::Tx(raw) => self.try_post_tx(raw),
+                Retry::Tx(raw) => self.try_post_tx(rail, raw),
                 Retry::Chunk(raw) => self.try_post_chunk(st, raw),
             };
             match r {
-                Ok(()) => st.inflight += 1,
+                Ok(()) => st.rails[rail].inflight += 1,
                 Err(EAGAIN) => {
-                    st.retry.push_front(item);
+                    st.rails[rail].retry.push_front(item);
                     return;
                 }
                 Err(code) => {
                     let why = crate::fabric::strerror(-code as i32);
                     match item {
-                        Retry::Tx(raw) => self.tx_failed(st, raw, &why, out),
+                        Retry::Tx(raw) => self.tx_failed(st, rail, raw, &why, out),
                         Retry::Chunk(raw) => {
                             self.chunk_failed(st, raw, &why);
                             self.after_chunk(st, raw_id(raw), out);
@@ -1462,7 +1626,13 @@ impl Engine {
         }
     }
 
-    fn handle_completion(&self, st: &mut State, e: &CqEntry, out: &mut Vec<Completion>) {
+    fn handle_completion(
+        &self,
+        st: &mut State,
+        rail: usize,
+        e: &CqEntry,
+        out: &mut Vec<Completion>,
+    ) {
         if e.op_context.is_null() {
             return;
         }
@@ -1481,7 +1651,7 @@ impl Engine {
                 // until handle_packet returns.
                 let pkt: &[u8] = unsafe { std::slice::from_raw_parts(pkt.as_ptr(), pkt.len()) };
                 self.handle_packet(st, pkt, out);
-                if let Err(r) = self.repost_rx(rxb) {
+                if let Err(r) = self.repost_rx(rail, rxb) {
                     self.error(&format!(
                         "could not repost a receive buffer: {}",
                         crate::fabric::strerror(-r as i32)
@@ -1492,14 +1662,16 @@ impl Engine {
                 // SAFETY: a posted TxBuf is a leaked Box; its completion
                 // returns ownership.
                 let b = unsafe { Box::from_raw(e.op_context as *mut TxBuf) };
-                self.recycle_tx(st, b);
-                st.inflight = st.inflight.saturating_sub(1);
+                self.recycle_tx(st, rail, b);
+                let rs = &mut st.rails[rail];
+                rs.inflight = rs.inflight.saturating_sub(1);
             }
             OpKind::Chunk => {
                 let raw = e.op_context as *mut ChunkOp;
                 // SAFETY: a posted chunk is a leaked Box; completion returns it.
                 let c = unsafe { Box::from_raw(raw) };
-                st.inflight = st.inflight.saturating_sub(1);
+                let rs = &mut st.rails[rail];
+                rs.inflight = rs.inflight.saturating_sub(1);
                 if c.recv_side {
                     if let Some(r) = st.rndv_recv.get_mut(&c.id) {
                         r.outstanding -= 1;
@@ -1561,8 +1733,8 @@ impl Engine {
         }
     }
 
-    fn handle_cq_error(&self, st: &mut State, out: &mut Vec<Completion>) {
-        let Some(err) = self.cq.read_error() else {
+    fn handle_cq_error(&self, st: &mut State, rail: usize, out: &mut Vec<Completion>) {
+        let Some(err) = self.rails[rail].cq.read_error() else {
             return;
         };
         if err.context.is_null() {
@@ -1582,16 +1754,18 @@ impl Engine {
                     self.error(&format!("receive failed: {}", err.message));
                     // SAFETY: as in handle_completion.
                     let rxb = unsafe { &mut *(err.context as *mut RxBuf) };
-                    let _ = self.repost_rx(rxb);
+                    let _ = self.repost_rx(rail, rxb);
                 }
             }
             OpKind::Tx => {
-                st.inflight = st.inflight.saturating_sub(1);
+                let rs = &mut st.rails[rail];
+                rs.inflight = rs.inflight.saturating_sub(1);
                 let raw = err.context as *mut TxBuf;
-                self.tx_failed(st, raw, &err.message, out);
+                self.tx_failed(st, rail, raw, &err.message, out);
             }
             OpKind::Chunk => {
-                st.inflight = st.inflight.saturating_sub(1);
+                let rs = &mut st.rails[rail];
+                rs.inflight = rs.inflight.saturating_sub(1);
                 let raw = err.context as *mut ChunkOp;
                 let id = raw_id(raw);
                 self.stats.errors.fetch_add(1, Relaxed);
@@ -1601,7 +1775,14 @@ impl Engine {
         }
     }
 
-    fn tx_failed(&self, st: &mut State, raw: *mut TxBuf, why: &str, out: &mut Vec<Completion>) {
+    fn tx_failed(
+        &self,
+        st: &mut State,
+        rail: usize,
+        raw: *mut TxBuf,
+        why: &str,
+        out: &mut Vec<Completion>,
+    ) {
         // SAFETY: the buffer is ours again after an error completion or a
         // rejected post.
         let mut b = unsafe { Box::from_raw(raw) };
@@ -1612,7 +1793,7 @@ impl Engine {
                 self.error(&format!(
                     "control packet send failed: {why}; resending ({n} attempts left)"
                 ));
-                st.retry.push_back(Retry::Tx(Box::into_raw(b)));
+                st.rails[rail].retry.push_back(Retry::Tx(Box::into_raw(b)));
                 return;
             }
             _ => self.error(&format!("send of {} bytes failed: {why}", b.len)),
@@ -1629,7 +1810,7 @@ impl Engine {
             }
             TxFollowUp::RndvSend(cookie) => self.finish_rndv_send(st, cookie, true, out),
         }
-        st.tx_free.push(b);
+        st.rails[rail].tx_free.push(b);
     }
 
     /// Parses one received packet and acts on it.
@@ -1751,9 +1932,11 @@ impl Engine {
         let grant = (hdr.ext1 as usize).min(s.len);
         let base_tag = hdr.ext0;
         let buf = s.buf;
-        if grant > 0 && self.caps.mr_local && s.mr.is_none() {
+        let rail = st.peers[s.peer].rail;
+        let chunk = self.rails[rail].chunk;
+        if grant > 0 && self.rails[rail].caps.mr_local && s.mr.is_none() {
             let (b, l) = (s.buf, s.len);
-            match self.register(st, b, l, sys::FI_SEND as u64) {
+            match self.register(st, rail, b, l, sys::FI_SEND as u64) {
                 Ok(m) => st.rndv_send.get_mut(&cookie).expect("present").mr = Some(m),
                 Err(e) => {
                     self.error(&format!("cannot register a send buffer: {e}"));
@@ -1766,7 +1949,7 @@ impl Engine {
         let mut idx = 0u64;
         let mut ops = Vec::new();
         while off < grant {
-            let n = (grant - off).min(self.chunk);
+            let n = (grant - off).min(chunk);
             ops.push(ChunkOp {
                 ctx: OpCtx {
                     fi: Default::default(),
@@ -1774,6 +1957,7 @@ impl Engine {
                 },
                 id: cookie,
                 recv_side: false,
+                rail,
                 op: ChunkKind::TSend,
                 // SAFETY: off < grant <= len of the user buffer.
                 local: unsafe { buf.add(off) as *mut u8 },
@@ -1804,8 +1988,7 @@ impl Engine {
         loop {
             let busy = self.with_token(out, |st, out| {
                 self.progress_locked(st, out);
-                st.tx_free.len() < st.tx_total
-                    || !st.retry.is_empty()
+                st.rails.iter().any(RailState::busy)
                     || !st.rndv_send.is_empty()
                     || !st.rndv_recv.is_empty()
             });
@@ -1826,9 +2009,12 @@ impl Engine {
     pub fn stats_line(&self, rank: i64) -> String {
         let s = &self.stats;
         format!(
-            "rustofi: rank={rank} provider={} sent_msgs={} sent_bytes={} recv_msgs={} recv_bytes={} \
-             eager={} rndv={} unexpected={} errors={}",
+            "rustofi: rank={rank} provider={} shm={} net_peers={} shm_peers={} sent_msgs={} \
+             sent_bytes={} recv_msgs={} recv_bytes={} eager={} rndv={} unexpected={} errors={}",
             self.provider,
+            self.shm_provider().unwrap_or("off"),
+            s.net_peers.load(Relaxed),
+            s.shm_peers.load(Relaxed),
             s.sent_msgs.load(Relaxed),
             s.sent_bytes.load(Relaxed),
             s.recv_msgs.load(Relaxed),
@@ -1841,7 +2027,7 @@ impl Engine {
     }
 
     pub fn rndv_uses_read(&self) -> bool {
-        self.rndv_read
+        self.rails[0].rndv_read
     }
 }
 
@@ -1870,26 +2056,30 @@ fn raw_id(raw: *mut ChunkOp) -> (u64, bool) {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        // The endpoint goes first: closing it cancels every posted receive
+        // The endpoints go first: closing one cancels every posted receive
         // and transmit, after which no buffer is referenced by the provider.
-        drop(self.ep.take());
+        for r in &mut self.rails {
+            drop(r.ep.take());
+        }
         let st = self.state.get_mut();
         // Reclaim buffers still owned by the provider at close time.
-        for item in st.retry.drain(..) {
-            match item {
-                // SAFETY: queued ops were never accepted by the provider.
-                Retry::Tx(raw) => drop(unsafe { Box::from_raw(raw) }),
-                // SAFETY: as above.
-                Retry::Chunk(raw) => drop(unsafe { Box::from_raw(raw) }),
+        for rs in &mut st.rails {
+            for item in rs.retry.drain(..) {
+                match item {
+                    // SAFETY: queued ops were never accepted by the provider.
+                    Retry::Tx(raw) => drop(unsafe { Box::from_raw(raw) }),
+                    // SAFETY: as above.
+                    Retry::Chunk(raw) => drop(unsafe { Box::from_raw(raw) }),
+                }
             }
+            rs.rx.clear();
+            rs.tx_free.clear();
         }
         st.rndv_send.clear();
         st.rndv_recv.clear();
-        st.rx.clear();
-        st.tx_free.clear();
         let _ = st.matcher.drain_all();
-        for name in st.peers.iter().map(|p| p.addr).collect::<Vec<_>>() {
-            self.av.remove(name);
+        for p in &st.peers {
+            self.rails[p.rail].av.remove(p.addr);
         }
     }
 }

@@ -31,6 +31,8 @@ pub struct RustofiConfig {
     pub rx_buffers: i64,
     pub verbose: i64,
     pub fault_inject: *const c_char,
+    /// Same-host peers over the shm provider: auto, on or off.
+    pub shm: *const c_char,
     /// The user selected this component by name (`--mca mtl rustofi`).
     pub named: bool,
     /// This process's name (jobid << 32 | vpid).
@@ -204,6 +206,7 @@ pub unsafe extern "C" fn rustofi_init(
             rx_buffers: cfg.rx_buffers,
             verbose: cfg.verbose,
             fault_inject: opt_str(cfg.fault_inject),
+            shm: opt_str(cfg.shm),
             named: cfg.named,
         };
         for name in config::NUMERIC_PARAMS {
@@ -253,7 +256,29 @@ pub unsafe extern "C" fn rustofi_init(
             }
         };
         let verbose = settings.verbose;
-        let engine = match Engine::open(list, index, settings, cfg.my_name) {
+        let shm_mode = settings.shm;
+        let shm = if config::shm_wanted(shm_mode, &names[index]) {
+            let i = config::shm_index(&names);
+            if i.is_none() {
+                let msg = format!(
+                    "mtl_rustofi_shm: libfabric offers no shm provider here; same-host \
+                     peers use {}",
+                    names[index]
+                );
+                if shm_mode == config::ShmMode::On {
+                    crate::log::error(&format!("{msg}; the component is disabled"));
+                    return 1;
+                }
+                if verbose > 0 {
+                    crate::log::info(&msg);
+                }
+            }
+            i
+        } else {
+            None
+        };
+        let shm_required = shm_mode == config::ShmMode::On;
+        let engine = match Engine::open(list, index, shm, shm_required, settings, cfg.my_name) {
             Ok(e) => e,
             Err(e) => {
                 crate::log::error(&format!(
@@ -265,9 +290,10 @@ pub unsafe extern "C" fn rustofi_init(
         };
         if verbose > 1 {
             crate::log::info(&format!(
-                "rustofi: rank={} provider={} rma={} rndv={} caps={:?}",
+                "rustofi: rank={} provider={} shm={} rma={} rndv={} caps={:?}",
                 cfg.rank,
                 engine.provider,
+                engine.shm_provider().unwrap_or("off"),
                 engine.caps.rma,
                 if engine.rndv_uses_read() {
                     "read"
@@ -336,17 +362,23 @@ pub unsafe extern "C" fn rustofi_provider_name(buf: *mut c_char, len: usize) -> 
     })
 }
 
-/// Adds a peer from its modex data; returns its handle (> 0) or 0 on error.
+/// Adds a peer from its modex data; `local` says it runs on this host.
+/// Returns its handle (> 0) or 0 on error.
 ///
 /// # Safety
 /// `addr` must be readable for `len` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn rustofi_add_peer(name: u64, addr: *const u8, len: usize) -> usize {
+pub unsafe extern "C" fn rustofi_add_peer(
+    name: u64,
+    addr: *const u8,
+    len: usize,
+    local: bool,
+) -> usize {
     let mut handle = 0usize;
     let r = with_engine("rustofi_add_peer", |e, out| {
         // SAFETY: per the function contract.
         let bytes = unsafe { std::slice::from_raw_parts(addr, len) };
-        match e.add_peer(name, bytes, out) {
+        match e.add_peer(name, bytes, local, out) {
             Ok(h) => {
                 handle = h;
                 0

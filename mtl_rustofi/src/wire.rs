@@ -22,7 +22,7 @@
 //! followed by exactly `len` payload bytes.
 
 pub const MAGIC: u8 = 0xA7;
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 pub const BASE_LEN: usize = 48;
 pub const EXT_LEN: usize = 64;
 
@@ -207,36 +207,110 @@ impl Header {
     }
 }
 
-/// What each rank publishes through the modex: a tag, the largest eager
-/// payload its receive buffers take, then its libfabric endpoint name.
+/// Which endpoint of a rank an address belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RailKind {
+    /// The network provider's endpoint (every rank has one).
+    Net = 0,
+    /// The shm provider's endpoint, for peers on the same host.
+    Shm = 1,
+}
+
+/// One endpoint a rank can be reached at.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PeerInfo {
+pub struct RailAddr {
+    pub kind: RailKind,
+    /// Largest eager payload this endpoint's receive buffers take.
     pub max_eager: u32,
+    /// The libfabric endpoint name.
     pub addr: Vec<u8>,
 }
 
+/// What each rank publishes through the modex: a tag, then for each of its
+/// endpoints (network first, then shm if it opened one) the kind, the
+/// largest eager payload and the libfabric name, length-prefixed.
+///
+/// | bytes | field                                  |
+/// |------:|----------------------------------------|
+/// | 4     | `R O F <VERSION>`                      |
+/// | 1     | number of endpoints (1..=8)            |
+/// | per endpoint: 1 | kind (0 net, 1 shm)          |
+/// | 4     | max eager payload, little endian       |
+/// | 2     | name length n, little endian           |
+/// | n     | libfabric endpoint name                |
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerInfo {
+    pub rails: Vec<RailAddr>,
+}
+
 const PEER_INFO_TAG: [u8; 4] = [b'R', b'O', b'F', VERSION];
+const MAX_RAILS: usize = 8;
 
 impl PeerInfo {
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(8 + self.addr.len());
+        let mut v =
+            Vec::with_capacity(5 + self.rails.iter().map(|r| 7 + r.addr.len()).sum::<usize>());
         v.extend_from_slice(&PEER_INFO_TAG);
-        v.extend_from_slice(&self.max_eager.to_le_bytes());
-        v.extend_from_slice(&self.addr);
+        v.push(self.rails.len() as u8);
+        for r in &self.rails {
+            v.push(r.kind as u8);
+            v.extend_from_slice(&r.max_eager.to_le_bytes());
+            v.extend_from_slice(&(r.addr.len() as u16).to_le_bytes());
+            v.extend_from_slice(&r.addr);
+        }
         v
     }
 
     pub fn decode(b: &[u8]) -> Result<PeerInfo, String> {
-        if b.len() <= 8 || b[..4] != PEER_INFO_TAG {
-            return Err(format!(
-                "modex entry of {} bytes is not a rustofi v{VERSION} address",
+        let bad = |why: &str| {
+            format!(
+                "modex entry of {} bytes is not a rustofi v{VERSION} address: {why}",
                 b.len()
-            ));
+            )
+        };
+        if b.len() < 5 || b[..4] != PEER_INFO_TAG {
+            return Err(bad("wrong tag or version"));
         }
-        Ok(PeerInfo {
-            max_eager: u32::from_le_bytes(b[4..8].try_into().unwrap()),
-            addr: b[8..].to_vec(),
-        })
+        let count = b[4] as usize;
+        if count == 0 || count > MAX_RAILS {
+            return Err(bad("bad endpoint count"));
+        }
+        let mut rails = Vec::with_capacity(count);
+        let mut at = 5;
+        for _ in 0..count {
+            let head = b.get(at..at + 7).ok_or_else(|| bad("truncated"))?;
+            let kind = match head[0] {
+                0 => RailKind::Net,
+                1 => RailKind::Shm,
+                k => return Err(bad(&format!("unknown endpoint kind {k}"))),
+            };
+            let max_eager = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes"));
+            let n = u16::from_le_bytes(head[5..7].try_into().expect("2 bytes")) as usize;
+            at += 7;
+            let addr = b.get(at..at + n).ok_or_else(|| bad("truncated name"))?;
+            if n == 0 {
+                return Err(bad("empty endpoint name"));
+            }
+            at += n;
+            rails.push(RailAddr {
+                kind,
+                max_eager,
+                addr: addr.to_vec(),
+            });
+        }
+        if at != b.len() {
+            return Err(bad("trailing bytes"));
+        }
+        if rails.first().map(|r| r.kind) != Some(RailKind::Net) {
+            return Err(bad("the first endpoint is not the network endpoint"));
+        }
+        Ok(PeerInfo { rails })
+    }
+
+    /// The address of the given kind, if published.
+    pub fn rail(&self, kind: RailKind) -> Option<&RailAddr> {
+        self.rails.iter().find(|r| r.kind == kind)
     }
 }
 
@@ -247,14 +321,46 @@ mod tests {
     #[test]
     fn peer_info_roundtrip_and_rejects() {
         let p = PeerInfo {
-            max_eager: 8192,
-            addr: vec![1, 2, 3, 4, 5],
+            rails: vec![
+                RailAddr {
+                    kind: RailKind::Net,
+                    max_eager: 8192,
+                    addr: vec![1, 2, 3, 4, 5],
+                },
+                RailAddr {
+                    kind: RailKind::Shm,
+                    max_eager: 4096,
+                    addr: b"fi_shm://1234".to_vec(),
+                },
+            ],
         };
-        assert_eq!(PeerInfo::decode(&p.encode()), Ok(p.clone()));
-        assert!(PeerInfo::decode(&p.encode()[..8]).is_err());
-        let mut bad = p.encode();
+        let enc = p.encode();
+        assert_eq!(PeerInfo::decode(&enc), Ok(p.clone()));
+        assert_eq!(
+            PeerInfo::decode(&enc)
+                .unwrap()
+                .rail(RailKind::Shm)
+                .unwrap()
+                .max_eager,
+            4096
+        );
+        // Every truncation is rejected, none panics.
+        for n in 0..enc.len() {
+            assert!(PeerInfo::decode(&enc[..n]).is_err(), "prefix of {n} bytes");
+        }
+        let mut long = enc.clone();
+        long.push(0);
+        assert!(PeerInfo::decode(&long).unwrap_err().contains("trailing"));
+        let mut bad = enc.clone();
         bad[3] = VERSION + 1;
         assert!(PeerInfo::decode(&bad).is_err());
+        let mut bad = enc.clone();
+        bad[5] = 7; // unknown kind
+        assert!(PeerInfo::decode(&bad).unwrap_err().contains("kind"));
+        let shm_only = PeerInfo {
+            rails: vec![p.rails[1].clone()],
+        };
+        assert!(PeerInfo::decode(&shm_only.encode()).is_err());
     }
 
     fn sample(kind: Kind) -> Header {
