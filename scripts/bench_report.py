@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""Analysis shared by the benchmark scripts (scripts/bench-osu; scripts/bench
-can use it too).
+"""Analysis shared by the benchmark scripts (scripts/bench, scripts/bench-osu).
 
     bench_report.py OUT PLOTTER MODE REPEATS CONFIGS BENCHES
                     [--title TEXT] [--note TEXT] [--unit BENCH=TEXT ...]
@@ -14,8 +13,9 @@ CONFIGS  configuration names, comma or space separated, in table order
 BENCHES  benchmark names, comma or space separated, in report order
 
 Writes OUT/medians.csv (benchmark,config,size,median,min,max), OUT/report.md
-(a table per benchmark, medians over the repeats, with rustofi/ofi and
-rustofi/ob1-tcp ratio columns for those configurations that are present) and
+(a table per benchmark, medians over the repeats, with rustofi/ofi,
+rustofi/ob1-tcp and rustofi-shm/ob1-vader ratio columns for those
+configurations that are present) and
 OUT/<benchmark>.png (value vs message size, log-log).
 """
 import argparse
@@ -27,7 +27,8 @@ import sys
 from collections import defaultdict
 
 CONFIG_DESC = {
-    "rustofi": "pml cm + mtl rustofi (libfabric tcp)",
+    "rustofi": "pml cm + mtl rustofi (libfabric tcp carrying all traffic, mtl_rustofi_shm off)",
+    "rustofi-shm": "pml cm + mtl rustofi, tcp with the shm rail for same-host peers (the default)",
     "ofi": "pml cm + mtl ofi (libfabric tcp)",
     "ob1-tcp": "pml ob1 + btl tcp,self",
     "ob1-vader": "pml ob1 + btl vader,self",
@@ -50,8 +51,8 @@ UNITS = {
     "osu_mbw_mr_rate": "messages/s, 2 pairs (higher is better)",
 }
 
-BASE = "rustofi"
-RATIO_AGAINST = ["ofi", "ob1-tcp"]
+# (ours, theirs) ratio columns: the network paths, then the shared-memory paths.
+RATIOS = [("rustofi", "ofi"), ("rustofi", "ob1-tcp"), ("rustofi-shm", "ob1-vader")]
 
 
 def split_list(s):
@@ -114,15 +115,15 @@ def write_report(out, med, benches, configs, units, mode, repeats, title, note):
     if os.path.exists(mpath):
         with open(mpath) as f:
             missing = [line.strip() for line in f if line.strip()]
-    others = [c for c in RATIO_AGAINST if c in configs] if BASE in configs else []
+    pairs = [(a, b) for a, b in RATIOS if a in configs and b in configs]
 
     desc = "; ".join(f"`{c}` = {CONFIG_DESC[c]}" if c in CONFIG_DESC else f"`{c}`" for c in configs)
     intro = f"Configurations: {desc}."
     if note:
         intro += " " + note
-    if others:
-        intro += (f" Ratios are {BASE} ÷ other (for latency < 1 means {BASE} is faster, "
-                  f"for bandwidth/rate > 1 means {BASE} is faster).")
+    if pairs:
+        intro += (" Ratios are ours ÷ theirs (for latency < 1 means ours is faster, "
+                  "for bandwidth/rate > 1 means ours is faster).")
     lines = [f"# {title} ({mode}, {repeats} repeat(s), median of repeats)", "", intro, ""]
     for b in benches:
         sizes = sorted({k[2] for k in med if k[0] == b})
@@ -130,12 +131,12 @@ def write_report(out, med, benches, configs, units, mode, repeats, title, note):
         if not sizes:
             lines += ["no data", ""]
             continue
-        lines.append("| " + " | ".join(["size"] + configs + [f"{BASE}/{o}" for o in others]) + " |")
-        lines.append("|---:|" + "---:|" * (len(configs) + len(others)))
+        lines.append("| " + " | ".join(["size"] + configs + [f"{a}/{b}" for a, b in pairs]) + " |")
+        lines.append("|---:|" + "---:|" * (len(configs) + len(pairs)))
         for s in sizes:
             g = {c: med.get((b, c, s)) for c in configs}
             lines.append(f"| {size_str(s)} | " + " | ".join(fmt(g[c]) for c in configs) + " |"
-                         + "".join(f" {ratio(g[BASE], g[o])} |" for o in others))
+                         + "".join(f" {ratio(g[a], g[b])} |" for a, b in pairs))
         lines.append("")
     lines += ["## Missing runs", ""]
     lines += [f"- {m}" for m in missing] if missing else ["none"]

@@ -12,9 +12,13 @@
 # mpirun in these configurations:
 #
 #   ob1-np2             --mca pml ob1 (the reference)
-#   tcp-np2/np3/np4     --mca mtl rustofi, provider tcp (np>2 oversubscribed)
-#   tcp-np2-thread-mt   as tcp-np2, main.py --thread-level multiple
-#   udp-np2             --mca mtl rustofi, provider udp
+#   tcp-np2             --mca mtl rustofi, provider tcp carrying all traffic
+#                       (mtl_rustofi_shm off)
+#   shm-np3/np4         --mca mtl rustofi, provider tcp with the default shm
+#                       rail, which carries the same-host traffic (np>2
+#                       oversubscribed)
+#   shm-np2-thread-mt   as shm-np3 with 2 ranks, main.py --thread-level multiple
+#   udp-np2             --mca mtl rustofi, provider udp (mtl_rustofi_shm off)
 #
 # Every rank writes its own output (mpirun --output-filename) and prints its
 # own unittest summary; a run passes when mpirun exits 0 within its timeout,
@@ -69,9 +73,9 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 CONFIGS=(
     "ob1-np2|2|ob1|480|"
     "tcp-np2|2|tcp|900|"
-    "tcp-np3|3|tcp|900|"
-    "tcp-np4|4|tcp|1200|"
-    "tcp-np2-thread-mt|2|tcp|900|--thread-level multiple"
+    "shm-np3|3|tcp+shm|900|"
+    "shm-np4|4|tcp+shm|1200|"
+    "shm-np2-thread-mt|2|tcp+shm|900|--thread-level multiple"
     "udp-np2|2|udp|900|"
 )
 
@@ -127,7 +131,7 @@ parse_summaries() { # ranks_dir np
 }
 
 # Checks the "rustofi: rank=..." lines; prints the reasons of any problem.
-check_counters() { # ranks_dir np provider
+check_counters() { # ranks_dir np provider shm_peers
     local r f line
     for ((r = 0; r < $2; r++)); do
         line=""
@@ -146,6 +150,8 @@ check_counters() { # ranks_dir np provider
         [[ "$line" =~ sent_msgs=([0-9]+).*recv_msgs=([0-9]+) ]] &&
             ((BASH_REMATCH[1] > 0 && BASH_REMATCH[2] > 0)) ||
             echo "rank $r: no point-to-point traffic through rustofi: $line"
+        [[ "$line" == *" shm_peers=$4 "* ]] ||
+            echo "rank $r: expected $4 peers over the shm rail: $line"
     done
 }
 
@@ -197,8 +203,11 @@ run_config() { # name np stack timeout extra...
     if [[ $stack == ob1 ]]; then
         cmd+=(--mca pml ob1)
     else
-        cmd+=(--mca mtl rustofi --mca mtl_rustofi_provider_include "$stack"
+        # "<provider>+shm": the default shm rail for same-host peers;
+        # "<provider>": that provider carries everything.
+        cmd+=(--mca mtl rustofi --mca mtl_rustofi_provider_include "${stack%+shm}"
             --mca mtl_rustofi_verbose 1)
+        [[ $stack == *+shm ]] || cmd+=(--mca mtl_rustofi_shm off)
     fi
     cmd+=("$PY" "$REPO/tests/mpi4py_main.py" "$SUITE/test/main.py" -v
         -e 'spawn|dynproc' "${extra[@]}" "${MAIN_EXTRA[@]}")
@@ -243,7 +252,8 @@ run_config() { # name np stack timeout extra...
         < <(check_threads "$dir/ranks" "$np" "$req")
     if [[ $stack != ob1 ]]; then
         while IFS= read -r m; do [[ -n "$m" ]] && why+=("$m"); done \
-            < <(check_counters "$dir/ranks" "$np" "$stack")
+            < <(check_counters "$dir/ranks" "$np" "${stack%+shm}" \
+                "$([[ $stack == *+shm ]] && echo "$np" || echo 0)")
     fi
     grep -h -o 'mpi4py: rank=.*thread_level.*' "$dir"/ranks/*/rank.*/stderr 2>/dev/null |
         sort | sed 's/^/    /' || true

@@ -18,6 +18,8 @@
 # Each run is one mpirun under `timeout` (a hang is a failure):
 #   mpirun -np N --bind-to none --mca mtl rustofi
 #          --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_verbose 1
+#          [--mca mtl_rustofi_shm off  at np 2: tcp carries the traffic; at
+#           np > 2 the default shm rail does]
 # and passes when mpirun exits 0, nothing printed "FAIL:", rank 0 printed
 # "PASS stress_threads ...", and (rustofi) every rank printed its
 # "rustofi: rank=..." counter line on tcp with errors=0, with
@@ -189,6 +191,7 @@ run_one() { # pml np run seed
     else
         cmd+=(--mca mtl rustofi --mca mtl_rustofi_provider_include tcp
             --mca mtl_rustofi_verbose 1)
+        ((np > 2)) || cmd+=(--mca mtl_rustofi_shm off)
     fi
     cmd+=("${EXTRA_ARGS[@]}" "$PROG" "$MESSAGES" --seed "$seed" --stall "$stall" "${PROG_ARGS[@]}")
     echo "# ${cmd[*]}" >"$log.cmd"
