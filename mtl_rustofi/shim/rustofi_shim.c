@@ -39,7 +39,7 @@ _Static_assert(sizeof(MtlRequest) == sizeof(mca_mtl_request_t),
 static int param_priority = 25;
 static char *param_include = NULL;
 static char *param_exclude = NULL;
-static int param_eager_limit = 8192;
+static int param_eager_limit = -1;
 static int param_verbose = 0;
 static char *param_rndv_protocol = NULL;
 static char *param_shm = NULL;
@@ -104,7 +104,9 @@ static int rustofi_component_register(void)
         OPAL_INFO_LVL_1, &param_exclude);
     reg_int("eager_limit",
             "Largest message (bytes, 0..1048576) sent eagerly; larger ones use the rendezvous "
-            "protocol",
+            "protocol. -1 (default) picks it per provider: 65536 for tcp (rxm's bounce buffers "
+            "are enlarged to match unless FI_OFI_RXM_BUFFER_SIZE is set), 4048 for shm (its "
+            "inject size less our header), 8192 for the others",
             OPAL_INFO_LVL_3, &param_eager_limit);
     reg_int("verbose",
             "Verbosity: 1 prints one line of traffic counters per rank at finalize, 2 also the "

@@ -39,7 +39,9 @@ pub enum Fault {
 pub struct Settings {
     pub include: Vec<String>,
     pub exclude: Vec<String>,
-    pub eager_limit: usize,
+    /// Largest eager payload; `None` picks it per provider
+    /// ([`default_eager_limit`]).
+    pub eager_limit: Option<usize>,
     pub rndv: RndvProtocol,
     pub chunk: usize,
     pub rx_buffers: usize,
@@ -74,6 +76,44 @@ pub struct RawParams<'a> {
 }
 
 pub const MAX_EAGER: i64 = 1 << 20;
+/// `mtl_rustofi_eager_limit = -1`: pick the limit per provider.
+pub const EAGER_AUTO: i64 = -1;
+
+/// Eager limit for a provider when the user left it at auto:
+/// - tcp;ofi_rxm: 64 KiB (the tcp btl's eager limit too). Over tcp a
+///   rendezvous costs two more trips through the kernel, more than copying
+///   64 KiB; rxm is given bounce buffers that large ([`rxm_buffer_env`]) so
+///   such a message still travels as one rxm eager message.
+/// - shm: 4 KiB less our header: shm's inject size. Larger messages go by
+///   rendezvous, which shm serves with a single-copy read (CMA).
+/// - everything else (efa, udp;ofi_rxd, sockets, verbs): 8 KiB, within
+///   every provider's single-packet size.
+pub fn default_eager_limit(provider: &str) -> usize {
+    if name_matches("ofi_rxm", provider) && name_matches("tcp", provider) {
+        65536
+    } else if name_matches("shm", provider) {
+        4096 - crate::wire::BASE_LEN
+    } else {
+        8192
+    }
+}
+
+/// rxm sends a message as one eager message only up to its bounce-buffer
+/// size (FI_OFI_RXM_BUFFER_SIZE, 16 KiB by default) and segments or
+/// rendezvous-es larger ones. Returns the environment settings that make
+/// the buffers take our largest eager packet, given the eager limit the
+/// tcp rail will use; empty when the default suffices.
+pub fn rxm_buffer_env(eager: usize) -> Vec<(&'static str, String)> {
+    // Our header plus rxm's own packet header, with room to spare.
+    let need = eager + crate::wire::EXT_LEN + 256;
+    if need <= 16384 {
+        return Vec::new();
+    }
+    vec![
+        ("FI_OFI_RXM_BUFFER_SIZE", need.to_string()),
+        ("FI_OFI_RXM_EAGER_LIMIT", need.to_string()),
+    ]
+}
 
 fn split_list(s: Option<&str>) -> Vec<String> {
     s.unwrap_or("")
@@ -101,9 +141,10 @@ pub fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
                 .into(),
         );
     }
-    if !(0..=MAX_EAGER).contains(&p.eager_limit) {
+    if p.eager_limit != EAGER_AUTO && !(0..=MAX_EAGER).contains(&p.eager_limit) {
         return Err(format!(
-            "mtl_rustofi_eager_limit = {} is invalid: it must be between 0 and {} bytes",
+            "mtl_rustofi_eager_limit = {} is invalid: it must be between 0 and {} bytes, \
+             or -1 for the provider's default",
             p.eager_limit, MAX_EAGER
         ));
     }
@@ -158,7 +199,7 @@ pub fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     Ok(Settings {
         include,
         exclude,
-        eager_limit: p.eager_limit as usize,
+        eager_limit: (p.eager_limit != EAGER_AUTO).then_some(p.eager_limit as usize),
         rndv,
         chunk: p.chunk as usize,
         rx_buffers: p.rx_buffers as usize,
@@ -324,7 +365,7 @@ mod tests {
 
     fn raw() -> RawParams<'static> {
         RawParams {
-            eager_limit: 8192,
+            eager_limit: EAGER_AUTO,
             chunk: 1 << 26,
             rx_buffers: 256,
             ..Default::default()
@@ -336,6 +377,26 @@ mod tests {
             .iter()
             .map(|s| s.to_string())
             .collect()
+    }
+
+    #[test]
+    fn eager_limit_auto_and_per_provider_defaults() {
+        let mut p = raw();
+        assert_eq!(validate(&p).unwrap().eager_limit, None);
+        p.eager_limit = 0;
+        assert_eq!(validate(&p).unwrap().eager_limit, Some(0));
+        p.eager_limit = -2;
+        assert!(validate(&p).unwrap_err().contains("-1"));
+        assert_eq!(default_eager_limit("tcp;ofi_rxm"), 65536);
+        assert_eq!(default_eager_limit("shm"), 4096 - crate::wire::BASE_LEN);
+        assert_eq!(default_eager_limit("efa"), 8192);
+        assert_eq!(default_eager_limit("udp;ofi_rxd"), 8192);
+        assert!(rxm_buffer_env(8192).is_empty());
+        let env = rxm_buffer_env(65536);
+        assert_eq!(env.len(), 2);
+        for (_, v) in env {
+            assert!(v.parse::<usize>().unwrap() >= 65536 + crate::wire::EXT_LEN);
+        }
     }
 
     #[test]

@@ -122,6 +122,10 @@ struct TxBuf {
     /// Destination and length of the pending post (for retries).
     dest: u64,
     len: usize,
+    /// Zero-copy eager payload sent straight from the user's buffer after
+    /// the header in `mem` (null when the payload was copied into `mem`).
+    zc: *const u8,
+    zc_len: usize,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -135,6 +139,8 @@ enum TxFollowUp {
     Sync(u64),
     /// A rendezvous send waiting for FIN/CTS.
     RndvSend(u64),
+    /// A zero-copy eager send: the request completes with the transmit.
+    Complete(ReqPtr),
 }
 
 /// One chunk of a rendezvous data transfer (RMA read, tagged send or
@@ -237,6 +243,11 @@ struct RecvRndv {
     mr: Option<MemoryRegion>,
 }
 
+/// Eager payloads at least this large are sent from the user's buffer
+/// (fi_sendv of header + payload) where the provider needs no registered
+/// memory; smaller ones are copied into a bounce buffer, which lets the
+/// request complete at once and costs less than waiting for the transmit.
+const ZERO_COPY_MIN: usize = 8192;
 /// Resends of a failed control packet.
 const CTRL_RESENDS: u8 = 3;
 /// Most reads in flight per rendezvous.
@@ -343,6 +354,11 @@ struct Rail {
     caps: Caps,
     /// Size of each bounce buffer: header plus the largest eager payload.
     buf_size: usize,
+    /// Largest eager payload sent through this rail.
+    eager_limit: usize,
+    /// Eager payloads of ZERO_COPY_MIN bytes and more go from the user's
+    /// buffer (no FI_MR_LOCAL and an iov limit of at least 2).
+    zero_copy: bool,
     rndv_read: bool,
     chunk: usize,
     /// Most transmit operations in flight: the provider's tx queue depth.
@@ -376,14 +392,18 @@ impl Rail {
             mr_endpoint: mr_mode & sys::FI_MR_ENDPOINT != 0,
             max_msg: info.max_msg_size().max(4096),
         };
-        let buf_size = wire::BASE_LEN + settings.eager_limit.max(wire::EXT_LEN - wire::BASE_LEN);
+        let eager_limit = settings
+            .eager_limit
+            .unwrap_or_else(|| crate::config::default_eager_limit(&provider));
+        let buf_size = wire::BASE_LEN + eager_limit.max(wire::EXT_LEN - wire::BASE_LEN);
         if buf_size > caps.max_msg {
             return Err(EngineError(format!(
-                "mtl_rustofi_eager_limit = {} exceeds what provider {provider} can send in one \
-                 message ({} bytes with the header)",
-                settings.eager_limit, caps.max_msg
+                "mtl_rustofi_eager_limit = {eager_limit} exceeds what provider {provider} can \
+                 send in one message ({} bytes with the header)",
+                caps.max_msg
             )));
         }
+        let zero_copy = !caps.mr_local && info.iov_limit() >= 2;
         let rndv_read = match rndv {
             RndvProtocol::Auto => caps.rma,
             RndvProtocol::Read if !caps.rma => {
@@ -414,6 +434,8 @@ impl Rail {
             provider,
             caps,
             buf_size,
+            eager_limit,
+            zero_copy,
             rndv_read,
             chunk,
             tx_depth,
@@ -872,7 +894,7 @@ impl Engine {
         st.peers.push(Peer {
             rail,
             // Never send an eager packet larger than the peer's buffers.
-            eager_limit: self.settings.eager_limit.min(remote.max_eager as usize),
+            eager_limit: self.rails[rail].eager_limit.min(remote.max_eager as usize),
             addr: fi_addr,
             tx_seq: 0,
             order: Reorder::new(),
@@ -899,6 +921,8 @@ impl Engine {
             on_error: TxFollowUp::None,
             dest: 0,
             len: 0,
+            zc: ptr::null(),
+            zc_len: 0,
         });
         if rl.caps.mr_local {
             b.mr =
@@ -911,7 +935,9 @@ impl Engine {
     /// Returns a transmit buffer to the pool. Bursts beyond the provider's
     /// queue depth grow the pool (each queued eager send holds its copy);
     /// the excess is freed again as the burst drains.
-    fn recycle_tx(&self, st: &mut State, rail: usize, b: Box<TxBuf>) {
+    fn recycle_tx(&self, st: &mut State, rail: usize, mut b: Box<TxBuf>) {
+        b.zc = ptr::null();
+        b.zc_len = 0;
         let rs = &mut st.rails[rail];
         if rs.tx_free.len() >= self.rails[rail].tx_depth.max(256) {
             rs.tx_total -= 1;
@@ -941,7 +967,7 @@ impl Engine {
             Err(r) => {
                 // SAFETY: the provider rejected the buffer, so we own it again.
                 let b = unsafe { Box::from_raw(raw) };
-                rs.tx_free.push(b);
+                self.recycle_tx(st, rail, b);
                 Err(EngineError(format!(
                     "fi_send failed: {}",
                     crate::fabric::strerror(-r as i32)
@@ -954,16 +980,47 @@ impl Engine {
         // SAFETY: `raw` is a TxBuf we own (leaked Box) until its completion.
         let b = unsafe { &mut *raw };
         let desc = b.mr.as_ref().map_or(ptr::null_mut(), |m| m.desc());
+        let ep = self.rails[rail].ep().raw();
+        let ctx = &mut b.ctx as *mut OpCtx as *mut c_void;
+        if !b.zc.is_null() {
+            let iov = [
+                libc::iovec {
+                    iov_base: b.mem.as_ptr() as *mut c_void,
+                    iov_len: b.len,
+                },
+                libc::iovec {
+                    iov_base: b.zc as *mut c_void,
+                    iov_len: b.zc_len,
+                },
+            ];
+            // Zero-copy is only chosen on rails without FI_MR_LOCAL, so no
+            // descriptors are needed.
+            let mut desc = [ptr::null_mut(); 2];
+            // SAFETY: the header lives in the Box and the payload in the
+            // user's send buffer, which MPI keeps untouched until the
+            // request completes, which happens on this send's completion;
+            // the provider copies the iov array itself.
+            return fi_ok(unsafe {
+                sys::fi_sendv(
+                    ep,
+                    iov.as_ptr() as *const sys::iovec,
+                    desc.as_mut_ptr(),
+                    2,
+                    b.dest,
+                    ctx,
+                )
+            });
+        }
         // SAFETY: buffer and context stay alive until the completion hands
         // the Box back to us.
         fi_ok(unsafe {
             sys::fi_send(
-                self.rails[rail].ep().raw(),
+                ep,
                 b.mem.as_ptr() as *const c_void,
                 b.len,
                 desc,
                 b.dest,
-                &mut b.ctx as *mut OpCtx as *mut c_void,
+                ctx,
             )
         })
     }
@@ -1052,29 +1109,40 @@ impl Engine {
                 self.post_tx(st, rail, b)?;
             }
             let mut b = self.take_tx(st, rail)?;
+            // Synchronous sends complete on the receiver's ack, which may
+            // overtake the local transmit completion: they always copy.
+            let zero_copy = !sync && len >= ZERO_COPY_MIN && self.rails[rail].zero_copy;
             if sync {
                 hdr.flags |= wire::FLAG_SYNC;
                 hdr.cookie = st.next_cookie;
                 st.next_cookie += 1;
                 b.on_error = TxFollowUp::Sync(hdr.cookie);
+            } else if zero_copy {
+                b.on_error = TxFollowUp::Complete(req);
             } else {
                 b.on_error = TxFollowUp::None;
             }
             let n = hdr.encode(&mut b.mem);
-            if len > 0 {
-                // SAFETY: the user buffer holds `len` readable bytes (MPI
-                // send semantics); the bounce buffer has room for
-                // eager_limit bytes after the header.
-                unsafe { ptr::copy_nonoverlapping(buf, b.mem.as_mut_ptr().add(n), len) };
+            if zero_copy {
+                b.zc = buf;
+                b.zc_len = len;
+                b.len = n;
+            } else {
+                if len > 0 {
+                    // SAFETY: the user buffer holds `len` readable bytes (MPI
+                    // send semantics); the bounce buffer has room for
+                    // eager_limit bytes after the header.
+                    unsafe { ptr::copy_nonoverlapping(buf, b.mem.as_mut_ptr().add(n), len) };
+                }
+                b.len = n + len;
             }
-            b.len = n + len;
             b.dest = st.peers[peer].addr;
             self.post_tx(st, rail, b)?;
             st.peers[peer].tx_seq = seq.wrapping_add(1);
             self.stats.eager.fetch_add(1, Relaxed);
             if sync {
                 st.sync_wait.insert(hdr.cookie, req);
-            } else {
+            } else if !zero_copy {
                 out.push(Completion::Send {
                     req,
                     status: Status::Ok,
@@ -1662,6 +1730,12 @@ impl Engine {
                 // SAFETY: a posted TxBuf is a leaked Box; its completion
                 // returns ownership.
                 let b = unsafe { Box::from_raw(e.op_context as *mut TxBuf) };
+                if let TxFollowUp::Complete(req) = b.on_error {
+                    out.push(Completion::Send {
+                        req,
+                        status: Status::Ok,
+                    });
+                }
                 self.recycle_tx(st, rail, b);
                 let rs = &mut st.rails[rail];
                 rs.inflight = rs.inflight.saturating_sub(1);
@@ -1809,8 +1883,12 @@ impl Engine {
                 }
             }
             TxFollowUp::RndvSend(cookie) => self.finish_rndv_send(st, cookie, true, out),
+            TxFollowUp::Complete(req) => out.push(Completion::Send {
+                req,
+                status: Status::Failed,
+            }),
         }
-        st.rails[rail].tx_free.push(b);
+        self.recycle_tx(st, rail, b);
     }
 
     /// Parses one received packet and acts on it.

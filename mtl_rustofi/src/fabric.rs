@@ -260,6 +260,10 @@ impl<'a> Info<'a> {
         // SAFETY: tx_attr is always allocated in fi_getinfo results.
         unsafe { (*self.raw.tx_attr).inject_size }
     }
+    pub fn iov_limit(&self) -> usize {
+        // SAFETY: see inject_size.
+        unsafe { (*self.raw.tx_attr).iov_limit }
+    }
     pub fn tx_size(&self) -> usize {
         // SAFETY: see inject_size.
         unsafe { (*self.raw.tx_attr).size }

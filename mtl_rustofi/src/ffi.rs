@@ -11,7 +11,7 @@ use crate::fabric::{Hints, InfoList};
 use crate::matching::Selector;
 use crate::request::{ReqPtr, Request, RustofiReqHead, REQUEST_EXTRA};
 use std::cell::RefCell;
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
@@ -224,6 +224,13 @@ pub unsafe extern "C" fn rustofi_init(
                 return 1;
             }
         };
+        // rxm reads its buffer size when libfabric initialises, so this
+        // must precede the first fi_getinfo; a user's own setting wins.
+        for (var, value) in config::rxm_buffer_env(settings.eager_limit.unwrap_or(65536)) {
+            if std::env::var_os(var).is_none() {
+                set_env(var, &value);
+            }
+        }
         let mut query = Err(crate::fabric::FiError::new("fi_getinfo", -61));
         for h in Hints::PREFERENCE {
             query = InfoList::query(h);
@@ -315,6 +322,18 @@ pub unsafe extern "C" fn rustofi_init(
         }
         0
     })
+}
+
+/// Sets an environment variable for libfabric's providers.
+fn set_env(var: &str, value: &str) {
+    let (Ok(k), Ok(v)) = (CString::new(var), CString::new(value)) else {
+        return;
+    };
+    // SAFETY: both strings are NUL-terminated and outlive the call (setenv
+    // copies them). setenv is not synchronised with concurrent getenv
+    // calls; this runs once during MPI_Init, from the thread initialising
+    // MPI, as Open MPI's own components do with opal_setenv.
+    unsafe { libc::setenv(k.as_ptr(), v.as_ptr(), 0) };
 }
 
 /// Copies the local endpoint name into `buf` (capacity `*len`); sets `*len`.
