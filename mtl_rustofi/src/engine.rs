@@ -1913,17 +1913,8 @@ impl Engine {
             Kind::Eager | Kind::Rts => {
                 let payload = &pkt[hdr.wire_len()..];
                 let p = &mut st.peers[peer];
-                if p.order.held() == 0 && p.order.expected() == hdr.seq {
+                if p.order.take_in_order(hdr.seq) {
                     // In order: match straight out of the bounce buffer.
-                    let mut none = Vec::new();
-                    let _ = p.order.accept(
-                        hdr.seq,
-                        Held {
-                            hdr,
-                            data: Vec::new(),
-                        },
-                        &mut none,
-                    );
                     self.on_matchable(st, peer, &hdr, payload, out);
                 } else {
                     let mut ready = Vec::new();

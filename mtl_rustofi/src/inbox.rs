@@ -72,6 +72,14 @@ impl<N: Linked> Inbox<N> {
 
     /// Takes every queued node, oldest first.
     pub fn take_all(&self) -> Batch<N> {
+        // An empty inbox (the common case when polling) costs a load, not
+        // a locked swap; a push racing with it is seen by the holder's
+        // re-check after releasing the token, as with an empty swap.
+        if self.head.load(Ordering::SeqCst).is_null() {
+            return Batch {
+                next: ptr::null_mut(),
+            };
+        }
         let mut cur = self.head.swap(ptr::null_mut(), Ordering::SeqCst);
         // The stack holds the newest node first: reverse it.
         let mut fifo: *mut N = ptr::null_mut();

@@ -238,6 +238,23 @@ pub struct Matcher<R, U> {
     unexpected_bins: UnexpectedBins<U>,
     unexpected_order: ArrivalIndex,
     unexpected_count: usize,
+    /// Emptied bins kept for reuse (bounded by [`SPARE_BINS`]), so that a
+    /// receive posted into an empty bin, or a message arriving into one,
+    /// allocates nothing.
+    spare_posted: Vec<VecDeque<Posted<R>>>,
+    spare_unexpected: Vec<VecDeque<Unexpected<U>>>,
+}
+
+/// Most emptied bins of each kind kept for reuse.
+const SPARE_BINS: usize = 64;
+/// Emptied bins larger than this many slots are freed, not kept.
+const SPARE_BIN_MAX_CAP: usize = 32;
+
+fn recycle<T>(spare: &mut Vec<VecDeque<T>>, bin: VecDeque<T>) {
+    debug_assert!(bin.is_empty());
+    if spare.len() < SPARE_BINS && bin.capacity() <= SPARE_BIN_MAX_CAP {
+        spare.push(bin);
+    }
 }
 
 impl<R, U> Default for Matcher<R, U> {
@@ -258,6 +275,8 @@ impl<R, U> Matcher<R, U> {
             unexpected_bins: HashMap::new(),
             unexpected_order: HashMap::new(),
             unexpected_count: 0,
+            spare_posted: Vec::new(),
+            spare_unexpected: Vec::new(),
         }
     }
 
@@ -273,9 +292,10 @@ impl<R, U> Matcher<R, U> {
         let id = PostId(seq);
         match sel.specific_key() {
             Some(key) => {
+                let spare = &mut self.spare_posted;
                 self.posted_bins
                     .entry(key)
-                    .or_default()
+                    .or_insert_with(|| spare.pop().unwrap_or_default())
                     .push_back(Posted { seq, r });
                 self.posted_index.insert(id, Loc::Specific(key));
             }
@@ -343,9 +363,10 @@ impl<R, U> Matcher<R, U> {
         let key = env.key();
         let seq = self.next_arrival;
         self.next_arrival += 1;
+        let spare = &mut self.spare_unexpected;
         self.unexpected_bins
             .entry(key)
-            .or_default()
+            .or_insert_with(|| spare.pop().unwrap_or_default())
             .push_back(Unexpected { seq, u });
         self.unexpected_order
             .entry(env.ctx)
@@ -384,7 +405,7 @@ impl<R, U> Matcher<R, U> {
                 let pos = bin.get().binary_search_by_key(&id.0, |p| p.seq).ok()?;
                 let posted = bin.get_mut().remove(pos)?;
                 if bin.get().is_empty() {
-                    bin.remove();
+                    recycle(&mut self.spare_posted, bin.remove());
                 }
                 Some(posted.r)
             }
@@ -508,7 +529,7 @@ impl<R, U> Matcher<R, U> {
             .expect("unexpected bins are never empty");
         debug_assert_eq!(head.seq, seq);
         if bin.get().is_empty() {
-            bin.remove();
+            recycle(&mut self.spare_unexpected, bin.remove());
         }
         if let Entry::Occupied(mut order) = self.unexpected_order.entry(key.0) {
             let removed = order.get_mut().remove(&head.seq);
@@ -533,7 +554,7 @@ impl<R, U> Matcher<R, U> {
             .pop_front()
             .expect("posted bins are never empty");
         if bin.get().is_empty() {
-            bin.remove();
+            recycle(&mut self.spare_posted, bin.remove());
         }
         self.posted_index.remove(&PostId(head.seq));
         head.r
@@ -627,6 +648,24 @@ impl<R, U> Matcher<R, U> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn emptied_bins_are_reused_not_reallocated() {
+        let mut m: Matcher<u32, u32> = Matcher::new();
+        let env = Envelope {
+            ctx: 1,
+            src: 2,
+            tag: 3,
+        };
+        for i in 0..100u32 {
+            assert!(m.post(Selector::from_mpi(1, 2, 3), i).is_err());
+            assert_eq!(m.take_posted(&env), Some(i));
+            assert!(m.arrive(env, i).is_none());
+            assert!(m.post(Selector::from_mpi(1, 2, 3), i).is_ok());
+        }
+        assert_eq!(m.container_counts(), (0, 0, 0, 0));
+        assert_eq!((m.spare_posted.len(), m.spare_unexpected.len()), (1, 1));
+    }
 
     fn env(ctx: u32, src: i32, tag: i32) -> Envelope {
         Envelope { ctx, src, tag }

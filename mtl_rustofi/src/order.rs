@@ -69,6 +69,20 @@ impl<T> Reorder<T> {
         }
     }
 
+    /// The fast path for a transport that delivers in order: if `seq` is
+    /// the expected number and nothing is held, consumes it and returns
+    /// true (the caller delivers the item itself, nothing is allocated);
+    /// otherwise returns false and changes nothing, and the caller goes
+    /// through [`accept`](Self::accept).
+    pub fn take_in_order(&mut self, seq: u32) -> bool {
+        if seq == self.expected && self.held.is_empty() {
+            self.expected = self.expected.wrapping_add(1);
+            true
+        } else {
+            false
+        }
+    }
+
     /// Moves consecutive held items starting at `expected` into `out`.
     fn release(&mut self, out: &mut Vec<T>) {
         while let Some(item) = self.held.remove(&self.expected) {
@@ -97,6 +111,21 @@ mod tests {
             expected,
             held: HashMap::new(),
         }
+    }
+
+    #[test]
+    fn take_in_order_only_for_the_expected_number_with_nothing_held() {
+        let mut r = Reorder::default();
+        let mut out = Vec::new();
+        assert!(r.take_in_order(0));
+        assert!(!r.take_in_order(0), "a duplicate is not in order");
+        assert!(!r.take_in_order(2), "ahead of the expected number");
+        r.accept(2, 'c', &mut out).unwrap();
+        assert!(!r.take_in_order(1), "something is held: use accept");
+        r.accept(1, 'b', &mut out).unwrap();
+        assert_eq!(out, vec!['b', 'c']);
+        assert!(r.take_in_order(3));
+        assert_eq!(r.expected(), 4);
     }
 
     #[test]
