@@ -174,7 +174,7 @@ has_pass() { # log prog
 
 # Parses the rustofi counter lines of a run.  On success prints one line
 #   nlines sent_msgs recv_msgs sent_bytes recv_bytes eager rndv unexpected errors
-#   net_peers shm_peers
+#   net_peers shm_peers coalesced
 # (sums over ranks); on a problem prints "ERR <reason>" lines.
 # Args: log np provider(or "") require_traffic(0/1)
 parse_counters() {
@@ -211,12 +211,12 @@ parse_counters() {
         sm += f["sent_msgs"]; rm += f["recv_msgs"]
         sb += f["sent_bytes"]; rb += f["recv_bytes"]
         eg += f["eager"]; rv += f["rndv"]; ux += f["unexpected"]; er += f["errors"]
-        np_ += f["net_peers"]; sp += f["shm_peers"]
+        np_ += f["net_peers"]; sp += f["shm_peers"]; co += f["coalesced"]
     }
     END {
         for (r = 0; r < np; r++)
             if (!(r in seen)) fail("no rustofi counter line from rank " r)
-        if (!bad) printf "%d %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f\n", nl, sm, rm, sb, rb, eg, rv, ux, er, np_, sp
+        if (!bad) printf "%d %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f\n", nl, sm, rm, sb, rb, eg, rv, ux, er, np_, sp, co
     }' "${files[@]}"
 }
 
@@ -262,6 +262,8 @@ check_protocol_split() {
 #   recv_bytes>=N sum of recv_bytes at least N
 #   errors>=N     sum of errors counters at least N
 #   grep=WORD     output contains WORD
+#   coalesced>=N  sum of coalesced counters (eager messages that shared a
+#                 packet) at least N; coalesced=N exactly N
 #   shm_peers=N   sum over ranks of peers reached through the shm rail is N
 #                 (each rank counts itself); net_peers=N likewise
 #
@@ -354,8 +356,8 @@ run_test() {
             "$(echo "$parsed" | sed 's/^ERR //' | paste -sd ';' -)"
         return 0
     fi
-    local sm rm sb rb eg rv ux er npeers speers
-    read -r _ sm rm sb rb eg rv ux er npeers speers <<<"$parsed"
+    local sm rm sb rb eg rv ux er npeers speers co
+    read -r _ sm rm sb rb eg rv ux er npeers speers co <<<"$parsed"
     local why="" c
     for c in $checks; do
         case $c in
@@ -379,6 +381,10 @@ run_test() {
                 why="sum(errors)=$er, expected >= ${c#errors>=}" ;;
             grep=*) grep -qi -- "${c#grep=}" "$log" ||
                 why="output does not contain '${c#grep=}'" ;;
+            coalesced\>=*) ((co >= ${c#coalesced>=})) ||
+                why="sum(coalesced)=$co, expected >= ${c#coalesced>=}" ;;
+            coalesced=*) ((co == ${c#coalesced=})) ||
+                why="sum(coalesced)=$co, expected ${c#coalesced=}" ;;
             shm_peers=*) ((speers == ${c#shm_peers=})) ||
                 why="sum(shm_peers)=$speers, expected ${c#shm_peers=}" ;;
             net_peers=*) ((npeers == ${c#net_peers=})) ||
@@ -511,7 +517,7 @@ check_ompi_info() {
         why="ompi_info exited with status $RC"
     else
         for p in priority provider_include provider_exclude eager_limit verbose \
-            rndv_protocol rndv_chunk_size fault_inject shm; do
+            rndv_protocol rndv_chunk_size fault_inject shm coalesce; do
             if ! grep -q "^mca:mtl:rustofi:param:mtl_rustofi_$p:value:" "$log"; then
                 why="parameter mtl_rustofi_$p not listed"
                 break
@@ -660,6 +666,11 @@ for prov in tcp udp; do
     done
 done
 if has_provider tcp; then
+    # coalescing of back-to-back small sends: it happens (tcp, shm rail),
+    # and can be switched off
+    run_test coalesce tcp 2 "clean coalesced>=100"
+    run_test coalesce tcp 2 "clean coalesced>=100 shm_peers=4" shm=on
+    run_test coalesce tcp 2 "clean coalesced=0" coalesce=0
     run_test collectives tcp 4 "clean shm_peers=16 net_peers=0" shm=auto
     run_test threads tcp 3 "clean shm_peers=9 net_peers=0" shm=auto
     run_test big_checksum tcp 2 "clean rndv>=4 shm_peers=4" shm=on rndv_protocol=send
@@ -687,6 +698,9 @@ if [[ -z "$BASELINE" ]]; then
     check_bad_input badinput_eager_limit 0 "mtl_rustofi_eager_limit" \
         --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
         --mca mtl_rustofi_eager_limit -5
+    check_bad_input badinput_coalesce 1 "mtl_rustofi_coalesce" \
+        --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
+        --mca mtl_rustofi_coalesce 5
     check_bad_input badinput_shm 1 "mtl_rustofi_shm" \
         --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
         --mca mtl_rustofi_shm sometimes

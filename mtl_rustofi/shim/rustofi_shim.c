@@ -43,6 +43,7 @@ static int param_eager_limit = -1;
 static int param_verbose = 0;
 static char *param_rndv_protocol = NULL;
 static char *param_shm = NULL;
+static int param_coalesce = 1;
 static long param_rndv_chunk = 64L * 1024 * 1024;
 static int param_rx_buffers = 256;
 static char *param_fault_inject = NULL;
@@ -129,6 +130,11 @@ static int rustofi_component_register(void)
                "efa, which already routes same-host peers through shm itself, and when the "
                "provider is shm), on, or off",
                OPAL_INFO_LVL_3, &param_shm);
+    reg_int("coalesce",
+            "1: back-to-back small eager sends to one peer, issued while an earlier packet to "
+            "it is still in flight, share one packet (sent at the next call into the MTL that "
+            "is not such a send, or when full); 0: every message is its own packet",
+            OPAL_INFO_LVL_4, &param_coalesce);
     reg_int("rx_buffers", "Receive bounce buffers kept posted (8..65536)", OPAL_INFO_LVL_5,
             &param_rx_buffers);
     reg_string("fault_inject",
@@ -332,6 +338,7 @@ static mca_mtl_base_module_t *rustofi_component_init(bool enable_progress_thread
         .verbose = param_verbose,
         .fault_inject = param_fault_inject,
         .shm = param_shm,
+        .coalesce = param_coalesce,
         .named = rustofi_named(),
         .my_name = proc_name64(OMPI_PROC_MY_NAME),
         .rank = (int64_t) OMPI_PROC_MY_NAME->vpid,

@@ -48,6 +48,9 @@ pub struct Settings {
     pub verbose: i32,
     pub fault: Fault,
     pub shm: ShmMode,
+    /// Coalesce back-to-back small eager sends to a peer into one packet
+    /// while an earlier packet to it is in flight.
+    pub coalesce: bool,
     /// The user named this component (`--mca mtl rustofi`) or set its
     /// provider list: software providers may then be used.
     pub explicit: bool,
@@ -72,6 +75,7 @@ pub struct RawParams<'a> {
     pub verbose: i64,
     pub fault_inject: Option<&'a str>,
     pub shm: Option<&'a str>,
+    pub coalesce: i64,
     pub named: bool,
 }
 
@@ -196,6 +200,12 @@ pub fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
             ))
         }
     };
+    if !(0..=1).contains(&p.coalesce) {
+        return Err(format!(
+            "mtl_rustofi_coalesce = {} is invalid: use 1 (on) or 0 (off)",
+            p.coalesce
+        ));
+    }
     Ok(Settings {
         include,
         exclude,
@@ -206,6 +216,7 @@ pub fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         verbose: p.verbose as i32,
         fault,
         shm,
+        coalesce: p.coalesce == 1,
         explicit: p.named || p.include_set,
     })
 }
@@ -247,6 +258,7 @@ pub const NUMERIC_PARAMS: &[&str] = &[
     "verbose",
     "rndv_chunk_size",
     "rx_buffers",
+    "coalesce",
 ];
 
 /// Open MPI parses integers leniently ("abc" reads as 0, "12x" as 12). This
@@ -366,6 +378,7 @@ mod tests {
     fn raw() -> RawParams<'static> {
         RawParams {
             eager_limit: EAGER_AUTO,
+            coalesce: 1,
             chunk: 1 << 26,
             rx_buffers: 256,
             ..Default::default()

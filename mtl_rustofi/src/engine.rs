@@ -74,6 +74,8 @@ pub struct Stats {
     /// Peers reached through the network rail and through the shm rail.
     pub net_peers: AtomicU64,
     pub shm_peers: AtomicU64,
+    /// Eager messages that shared a packet with an earlier one.
+    pub coalesced: AtomicU64,
 }
 
 /// Provider capabilities the engine specialises on.
@@ -126,7 +128,12 @@ struct TxBuf {
     /// the header in `mem` (null when the payload was copied into `mem`).
     zc: *const u8,
     zc_len: usize,
+    /// The peer this packet goes to, counted in its `inflight` while
+    /// posted (NO_PEER: not counted).
+    peer: usize,
 }
+
+const NO_PEER: usize = usize::MAX;
 
 #[derive(Clone, Copy, Debug)]
 enum TxFollowUp {
@@ -207,6 +214,13 @@ struct Peer {
     rail: usize,
     /// The peer's address in that rail's address vector.
     addr: u64,
+    /// Packets to this peer posted (or queued) and not yet completed.
+    inflight: u32,
+    /// Eager messages being coalesced into one packet while an earlier
+    /// packet to this peer is in flight, and the offset of the last
+    /// message's header in it.
+    bundle: Option<Box<TxBuf>>,
+    bundle_last: usize,
     eager_limit: usize,
     tx_seq: u32,
     order: Reorder<Held>,
@@ -304,6 +318,8 @@ struct State {
     next_key: u64,
     /// Completions drained by a caller that cannot deliver them itself.
     scratch: Vec<CqEntry>,
+    /// Peers that may have an open bundle.
+    open_bundles: Vec<usize>,
 }
 
 // SAFETY: State holds raw pointers to request objects and registered
@@ -512,6 +528,7 @@ impl Engine {
                 fault,
                 next_key: 1,
                 scratch: vec![CqEntry::default(); 64],
+                open_bundles: Vec::new(),
             }),
             inbox: Inbox::new(),
             token: Token::new(),
@@ -742,6 +759,11 @@ impl Engine {
         // SAFETY: a command taken from the inbox is valid until we set its
         // `done` flag or complete its request; we copy the op first.
         let op = unsafe { (*cmd).op };
+        let keep = match op {
+            Op::Send { peer, .. } => peer.wrapping_sub(1),
+            _ => NO_PEER,
+        };
+        self.flush_bundles(st, keep);
         match op {
             Op::Send {
                 peer,
@@ -896,6 +918,9 @@ impl Engine {
             // Never send an eager packet larger than the peer's buffers.
             eager_limit: self.rails[rail].eager_limit.min(remote.max_eager as usize),
             addr: fi_addr,
+            inflight: 0,
+            bundle: None,
+            bundle_last: 0,
             tx_seq: 0,
             order: Reorder::new(),
         });
@@ -923,6 +948,7 @@ impl Engine {
             len: 0,
             zc: ptr::null(),
             zc_len: 0,
+            peer: NO_PEER,
         });
         if rl.caps.mr_local {
             b.mr =
@@ -936,6 +962,11 @@ impl Engine {
     /// queue depth grow the pool (each queued eager send holds its copy);
     /// the excess is freed again as the burst drains.
     fn recycle_tx(&self, st: &mut State, rail: usize, mut b: Box<TxBuf>) {
+        if b.peer != NO_PEER {
+            let p = &mut st.peers[b.peer];
+            p.inflight = p.inflight.saturating_sub(1);
+        }
+        b.peer = NO_PEER;
         b.zc = ptr::null();
         b.zc_len = 0;
         let rs = &mut st.rails[rail];
@@ -949,6 +980,9 @@ impl Engine {
 
     /// Posts a filled transmit buffer; on EAGAIN it is queued for retry.
     fn post_tx(&self, st: &mut State, rail: usize, b: Box<TxBuf>) -> Result<(), EngineError> {
+        if b.peer != NO_PEER {
+            st.peers[b.peer].inflight += 1;
+        }
         let raw = Box::into_raw(b);
         let rs = &mut st.rails[rail];
         if !rs.retry.is_empty() || rs.inflight >= self.rails[rail].tx_depth {
@@ -1031,8 +1065,100 @@ impl Engine {
         let n = hdr.encode(&mut b.mem);
         b.len = n;
         b.dest = st.peers[peer].addr;
+        b.peer = peer;
         b.on_error = TxFollowUp::Resend(CTRL_RESENDS);
         self.post_tx(st, rail, b)
+    }
+
+    /// Appends an eager message to the peer's open bundle, or starts one
+    /// if an earlier packet to the peer is still in flight. Returns false
+    /// (and does nothing) when the message must be sent on its own.
+    fn coalesce(
+        &self,
+        st: &mut State,
+        peer: usize,
+        hdr: &Header,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<bool, EngineError> {
+        let need = wire::BASE_LEN + len;
+        // The packet must fit the receiver's bounce buffer.
+        let cap = wire::BASE_LEN + st.peers[peer].eager_limit;
+        let p = &mut st.peers[peer];
+        if let Some(b) = p.bundle.as_mut() {
+            if b.len + need <= cap.min(b.mem.len()) {
+                wire::set_more(&mut b.mem[p.bundle_last..]);
+                let at = b.len;
+                hdr.encode(&mut b.mem[at..]);
+                if len > 0 {
+                    // SAFETY: the user buffer holds `len` readable bytes;
+                    // the bundle has room for them (checked above).
+                    unsafe {
+                        ptr::copy_nonoverlapping(
+                            buf,
+                            b.mem.as_mut_ptr().add(at + wire::BASE_LEN),
+                            len,
+                        )
+                    };
+                }
+                b.len = at + need;
+                p.bundle_last = at;
+                self.stats.coalesced.fetch_add(1, Relaxed);
+                return Ok(true);
+            }
+            self.flush_bundle(st, peer)?;
+        }
+        if st.peers[peer].inflight == 0 {
+            return Ok(false);
+        }
+        let rail = st.peers[peer].rail;
+        let mut b = self.take_tx(st, rail)?;
+        let n = hdr.encode(&mut b.mem);
+        if len > 0 {
+            // SAFETY: as above; a bounce buffer holds header + eager_limit.
+            unsafe { ptr::copy_nonoverlapping(buf, b.mem.as_mut_ptr().add(n), len) };
+        }
+        b.len = n + len;
+        b.dest = st.peers[peer].addr;
+        b.peer = peer;
+        b.on_error = TxFollowUp::None;
+        let p = &mut st.peers[peer];
+        p.bundle = Some(b);
+        p.bundle_last = 0;
+        st.open_bundles.push(peer);
+        Ok(true)
+    }
+
+    /// Posts the peer's open bundle, if any.
+    fn flush_bundle(&self, st: &mut State, peer: usize) -> Result<(), EngineError> {
+        match st.peers[peer].bundle.take() {
+            Some(b) => {
+                let rail = st.peers[peer].rail;
+                self.post_tx(st, rail, b)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Posts every open bundle except `keep`'s. A bundle is held only
+    /// while its sender keeps issuing eager sends to that peer: any other
+    /// operation, and every progress call, sends it.
+    fn flush_bundles(&self, st: &mut State, keep: usize) {
+        if st.open_bundles.is_empty() {
+            return;
+        }
+        let mut peers = std::mem::take(&mut st.open_bundles);
+        for &p in &peers {
+            if p == keep {
+                continue;
+            }
+            if let Err(e) = self.flush_bundle(st, p) {
+                self.stats.errors.fetch_add(1, Relaxed);
+                self.error(&format!("could not send coalesced messages: {}", e.0));
+            }
+        }
+        peers.retain(|&p| p == keep && st.peers[p].bundle.is_some());
+        st.open_bundles = peers;
     }
 
     /// Starts a send. `sync` requests MPI_Ssend semantics.
@@ -1108,10 +1234,23 @@ impl Engine {
                 b.on_error = TxFollowUp::None;
                 self.post_tx(st, rail, b)?;
             }
-            let mut b = self.take_tx(st, rail)?;
             // Synchronous sends complete on the receiver's ack, which may
             // overtake the local transmit completion: they always copy.
             let zero_copy = !sync && len >= ZERO_COPY_MIN && self.rails[rail].zero_copy;
+            if !sync && !zero_copy && self.settings.coalesce {
+                if self.coalesce(st, peer, &hdr, buf, len)? {
+                    st.peers[peer].tx_seq = seq.wrapping_add(1);
+                    self.stats.eager.fetch_add(1, Relaxed);
+                    out.push(Completion::Send {
+                        req,
+                        status: Status::Ok,
+                    });
+                    return Ok(());
+                }
+            } else {
+                self.flush_bundle(st, peer)?;
+            }
+            let mut b = self.take_tx(st, rail)?;
             if sync {
                 hdr.flags |= wire::FLAG_SYNC;
                 hdr.cookie = st.next_cookie;
@@ -1137,6 +1276,7 @@ impl Engine {
                 b.len = n + len;
             }
             b.dest = st.peers[peer].addr;
+            b.peer = peer;
             self.post_tx(st, rail, b)?;
             st.peers[peer].tx_seq = seq.wrapping_add(1);
             self.stats.eager.fetch_add(1, Relaxed);
@@ -1151,6 +1291,7 @@ impl Engine {
             return Ok(());
         }
         // Rendezvous.
+        self.flush_bundle(st, peer)?;
         let cookie = st.next_cookie;
         st.next_cookie += 1;
         hdr.kind = Kind::Rts;
@@ -1183,6 +1324,7 @@ impl Engine {
         let mut b = self.take_tx(st, rail)?;
         b.len = hdr.encode(&mut b.mem);
         b.dest = st.peers[peer].addr;
+        b.peer = peer;
         b.on_error = TxFollowUp::RndvSend(cookie);
         if let Err(e) = self.post_tx(st, rail, b) {
             st.rndv_send.remove(&cookie);
@@ -1615,6 +1757,7 @@ impl Engine {
     }
 
     fn progress_locked(&self, st: &mut State, out: &mut Vec<Completion>) -> usize {
+        self.flush_bundles(st, NO_PEER);
         let mut total = 0;
         for rail in 0..self.rails.len() {
             let rs = &st.rails[rail];
@@ -1892,15 +2035,35 @@ impl Engine {
     }
 
     /// Parses one received packet and acts on it.
+    /// Parses one received packet (one message, or several coalesced
+    /// eager messages) and acts on each message.
     fn handle_packet(&self, st: &mut State, pkt: &[u8], out: &mut Vec<Completion>) {
-        let hdr = match Header::decode(pkt) {
-            Ok(h) => h,
-            Err(e) => {
-                self.stats.errors.fetch_add(1, Relaxed);
-                self.error(&format!("dropped a malformed packet: {e}"));
-                return;
+        let mut off = 0;
+        while off < pkt.len() {
+            match Header::decode_prefix(&pkt[off..]) {
+                Ok((hdr, n)) => {
+                    self.handle_message(st, hdr, &pkt[off..off + n], out);
+                    off += n;
+                }
+                Err(e) => {
+                    self.stats.errors.fetch_add(1, Relaxed);
+                    self.error(&format!(
+                        "dropped a malformed packet ({} bytes at offset {off} of {}): {e}",
+                        pkt.len() - off,
+                        pkt.len()
+                    ));
+                    return;
+                }
             }
-        };
+        }
+        if pkt.is_empty() {
+            self.stats.errors.fetch_add(1, Relaxed);
+            self.error("dropped an empty packet");
+        }
+    }
+
+    /// Acts on one message; `pkt` holds exactly its header and payload.
+    fn handle_message(&self, st: &mut State, hdr: Header, pkt: &[u8], out: &mut Vec<Completion>) {
         let Some(&peer) = st.by_name.get(&hdr.sender) else {
             self.stats.errors.fetch_add(1, Relaxed);
             self.error(&format!(
@@ -2079,7 +2242,8 @@ impl Engine {
         let s = &self.stats;
         format!(
             "rustofi: rank={rank} provider={} shm={} net_peers={} shm_peers={} sent_msgs={} \
-             sent_bytes={} recv_msgs={} recv_bytes={} eager={} rndv={} unexpected={} errors={}",
+             sent_bytes={} recv_msgs={} recv_bytes={} eager={} rndv={} unexpected={} errors={} \
+             coalesced={}",
             self.provider,
             self.shm_provider().unwrap_or("off"),
             s.net_peers.load(Relaxed),
@@ -2092,6 +2256,7 @@ impl Engine {
             s.rndv.load(Relaxed),
             s.unexpected.load(Relaxed),
             s.errors.load(Relaxed),
+            s.coalesced.load(Relaxed),
         )
     }
 

@@ -33,6 +33,8 @@ pub struct RustofiConfig {
     pub fault_inject: *const c_char,
     /// Same-host peers over the shm provider: auto, on or off.
     pub shm: *const c_char,
+    /// Coalesce back-to-back small sends to a peer (1) or not (0).
+    pub coalesce: i64,
     /// The user selected this component by name (`--mca mtl rustofi`).
     pub named: bool,
     /// This process's name (jobid << 32 | vpid).
@@ -207,6 +209,7 @@ pub unsafe extern "C" fn rustofi_init(
             verbose: cfg.verbose,
             fault_inject: opt_str(cfg.fault_inject),
             shm: opt_str(cfg.shm),
+            coalesce: cfg.coalesce,
             named: cfg.named,
         };
         for name in config::NUMERIC_PARAMS {

@@ -20,6 +20,12 @@
 //! `Rts` and `Cts` carry 16 more bytes: (remote address, RMA key) for a
 //! read rendezvous, (data tag, granted length) for a CTS. `Eager` is
 //! followed by exactly `len` payload bytes.
+//!
+//! One libfabric message may carry several eager messages back to back
+//! (the sender coalesces small sends to a peer while an earlier packet to
+//! it is still in flight): every header but the last has `FLAG_MORE` set,
+//! and each is followed by its payload. [`Header::decode_prefix`] walks
+//! such a packet.
 
 pub const MAGIC: u8 = 0xA7;
 pub const VERSION: u8 = 2;
@@ -30,6 +36,15 @@ pub const EXT_LEN: usize = 64;
 pub const FLAG_SYNC: u8 = 1;
 /// Rendezvous by send (CTS + tagged data) instead of RMA read.
 pub const FLAG_RNDV_SEND: u8 = 2;
+/// Another eager message follows this one's payload in the same packet.
+pub const FLAG_MORE: u8 = 4;
+/// Offset of the flags byte in a header.
+const FLAGS_AT: usize = 2;
+
+/// Sets `FLAG_MORE` in the header at the front of `pkt`.
+pub fn set_more(pkt: &mut [u8]) {
+    pkt[FLAGS_AT] |= FLAG_MORE;
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -155,6 +170,32 @@ impl Header {
             b[56..64].copy_from_slice(&self.ext1.to_le_bytes());
         }
         n
+    }
+
+    /// Parses the message at the front of `pkt` and returns it with the
+    /// number of bytes it occupies. Without `FLAG_MORE` the message must
+    /// fill `pkt` exactly (as for [`decode`](Self::decode)); with it, only
+    /// an `Eager` message may be followed by more bytes, which must hold at
+    /// least one more header.
+    pub fn decode_prefix(pkt: &[u8]) -> Result<(Header, usize), DecodeError> {
+        if pkt.len() >= BASE_LEN && pkt[FLAGS_AT] & FLAG_MORE != 0 && pkt[1] == Kind::Eager as u8 {
+            let len = u64::from_le_bytes(pkt[32..40].try_into().expect("8 bytes"));
+            let end = (BASE_LEN as u64)
+                .checked_add(len)
+                .filter(|&e| {
+                    e.checked_add(BASE_LEN as u64)
+                        .is_some_and(|f| f <= pkt.len() as u64)
+                })
+                .ok_or(DecodeError::LengthMismatch {
+                    kind: Kind::Eager,
+                    got: pkt.len(),
+                    want: (BASE_LEN as u64)
+                        .saturating_add(len)
+                        .saturating_add(BASE_LEN as u64),
+                })? as usize;
+            return Ok((Header::decode(&pkt[..end])?, end));
+        }
+        Ok((Header::decode(pkt)?, pkt.len()))
     }
 
     /// Parses and validates a received packet of `pkt.len()` bytes. For an
@@ -381,6 +422,44 @@ mod tests {
     }
 
     #[test]
+    fn coalesced_packet_walks_and_rejects_overruns() {
+        let mut a = sample(Kind::Eager);
+        a.flags = 0;
+        let mut b = a;
+        b.seq = 9;
+        b.len = 3;
+        let mut pkt = vec![0u8; 2 * BASE_LEN + 5 + 3];
+        a.encode(&mut pkt);
+        pkt[BASE_LEN..BASE_LEN + 5].copy_from_slice(b"hello");
+        set_more(&mut pkt);
+        b.encode(&mut pkt[BASE_LEN + 5..]);
+        pkt[2 * BASE_LEN + 5..].copy_from_slice(b"abc");
+        let (h1, n1) = Header::decode_prefix(&pkt).unwrap();
+        assert_eq!(n1, BASE_LEN + 5);
+        assert_eq!(h1.flags & FLAG_MORE, FLAG_MORE);
+        let (h2, n2) = Header::decode_prefix(&pkt[n1..]).unwrap();
+        assert_eq!((h2, n1 + n2), (b, pkt.len()));
+        // A message that is not last cannot end the packet or overrun it.
+        for cut in [BASE_LEN + 5, BASE_LEN + 5 + BASE_LEN - 1, BASE_LEN + 2] {
+            assert!(Header::decode_prefix(&pkt[..cut]).is_err(), "cut at {cut}");
+        }
+        // Without FLAG_MORE trailing bytes are an error, as before.
+        let mut single = pkt.clone();
+        single[2] &= !FLAG_MORE;
+        assert!(Header::decode_prefix(&single).is_err());
+        // A huge length with FLAG_MORE does not overflow.
+        let mut huge = pkt.clone();
+        for len in [
+            u64::MAX,
+            u64::MAX - BASE_LEN as u64,
+            u64::MAX - 2 * BASE_LEN as u64 + 1,
+        ] {
+            huge[32..40].copy_from_slice(&len.to_le_bytes());
+            assert!(Header::decode_prefix(&huge).is_err(), "len {len}");
+        }
+    }
+
+    #[test]
     fn eager_roundtrip_with_payload() {
         let h = sample(Kind::Eager);
         let mut buf = vec![0u8; BASE_LEN + 5];
@@ -460,6 +539,22 @@ mod tests {
                 pkt[3] = VERSION;
             }
             let _ = Header::decode(&pkt);
+            // Walk it as a coalesced packet, as the engine does: every
+            // step consumes bytes and stays inside the packet.
+            if len > 3 && x & 2 == 0 {
+                pkt[1] = Kind::Eager as u8;
+                pkt[2] |= FLAG_MORE;
+            }
+            let mut off = 0;
+            while off < pkt.len() {
+                match Header::decode_prefix(&pkt[off..]) {
+                    Ok((_, n)) => {
+                        assert!(n > 0 && off + n <= pkt.len());
+                        off += n;
+                    }
+                    Err(_) => break,
+                }
+            }
         }
     }
 }
