@@ -41,6 +41,8 @@ UNITS = {
     "mt_lat": "latency µs, mean over threads (lower is better)",
     "bw": "MB/s (higher is better)",
     "bibw": "MB/s, both directions (higher is better)",
+    "mr_1pair": "MB/s, 1 pair (2 ranks), window of 64 (higher is better)",
+    "mr_1pair_rate": "messages/s, 1 pair (2 ranks) (higher is better)",
     "mbw_mr": "aggregate MB/s, 2 pairs (higher is better)",
     "mbw_mr_rate": "messages/s, 2 pairs (higher is better)",
     "osu_latency": "latency µs (lower is better)",

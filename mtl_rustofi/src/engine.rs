@@ -1751,6 +1751,24 @@ impl Engine {
     // ------------------------------------------------------------------
     // Progress
 
+    /// Posts every open coalescing packet, if the progress token is free
+    /// (a holder flushes them itself at its next progress or operation).
+    pub fn flush(&self, out: &mut Vec<Completion>) {
+        if self.poisoned.load(Ordering::Acquire) || !self.token.try_acquire() {
+            return;
+        }
+        {
+            let _holder = Holder(self);
+            // SAFETY: we hold the progress token.
+            let st = unsafe { &mut *self.state.get() };
+            self.apply_inbox(st, out);
+            self.flush_bundles(st, NO_PEER);
+        }
+        if !self.inbox.is_empty() {
+            self.combine(out, false);
+        }
+    }
+
     /// Drains the completion queue once. Returns the number of events.
     pub fn progress(&self, out: &mut Vec<Completion>) -> usize {
         self.combine(out, true)

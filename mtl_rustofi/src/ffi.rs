@@ -418,6 +418,16 @@ pub unsafe extern "C" fn rustofi_add_peer(
     }
 }
 
+/// Posts any coalesced sends still waiting in an open packet (no
+/// completion-queue poll). Returns 0, or -1 on error.
+#[no_mangle]
+pub extern "C" fn rustofi_flush() -> c_int {
+    with_engine("rustofi_flush", |e, out| {
+        e.flush(out);
+        0
+    })
+}
+
 /// Drains the completion queue; returns the number of events handled.
 #[no_mangle]
 pub extern "C" fn rustofi_progress() -> c_int {
