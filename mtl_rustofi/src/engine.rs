@@ -345,6 +345,9 @@ pub struct Engine {
     /// Set if a panic unwound through the token holder: the state may be
     /// inconsistent, so every later call fails.
     poisoned: AtomicBool,
+    /// Some peer may have an open coalescing packet (a hint that lets
+    /// `flush` return without taking the token).
+    bundles_open: AtomicBool,
     /// Rail 0 is the network provider; rail 1, if open, the shm provider
     /// for same-host peers. One matcher serves both.
     rails: Vec<Rail>,
@@ -533,6 +536,7 @@ impl Engine {
             inbox: Inbox::new(),
             token: Token::new(),
             poisoned: AtomicBool::new(false),
+            bundles_open: AtomicBool::new(false),
             provider: rails[0].provider.clone(),
             caps: rails[0].caps,
             rails,
@@ -1126,6 +1130,7 @@ impl Engine {
         p.bundle = Some(b);
         p.bundle_last = 0;
         st.open_bundles.push(peer);
+        self.bundles_open.store(true, Relaxed);
         Ok(true)
     }
 
@@ -1158,6 +1163,9 @@ impl Engine {
             }
         }
         peers.retain(|&p| p == keep && st.peers[p].bundle.is_some());
+        if peers.is_empty() {
+            self.bundles_open.store(false, Relaxed);
+        }
         st.open_bundles = peers;
     }
 
@@ -1754,6 +1762,9 @@ impl Engine {
     /// Posts every open coalescing packet, if the progress token is free
     /// (a holder flushes them itself at its next progress or operation).
     pub fn flush(&self, out: &mut Vec<Completion>) {
+        if !self.may_have_open_bundles() {
+            return;
+        }
         if self.poisoned.load(Ordering::Acquire) || !self.token.try_acquire() {
             return;
         }
@@ -1767,6 +1778,11 @@ impl Engine {
         if !self.inbox.is_empty() {
             self.combine(out, false);
         }
+    }
+
+    /// Whether some coalescing packet may be open (cheap; no token).
+    pub fn may_have_open_bundles(&self) -> bool {
+        self.bundles_open.load(Relaxed)
     }
 
     /// Drains the completion queue once. Returns the number of events.

@@ -422,6 +422,10 @@ pub unsafe extern "C" fn rustofi_add_peer(
 /// completion-queue poll). Returns 0, or -1 on error.
 #[no_mangle]
 pub extern "C" fn rustofi_flush() -> c_int {
+    // The common case, nothing coalesced, costs one load.
+    if component().is_some_and(|c| !c.engine.may_have_open_bundles()) {
+        return 0;
+    }
     with_engine("rustofi_flush", |e, out| {
         e.flush(out);
         0
