@@ -11,6 +11,7 @@
 #               the same-host peer is reached through libfabric's shm
 #               provider; compared with ob1-vader
 #   ob1-vader   pml ob1 + btl vader,self (shared memory)
+# shellcheck disable=SC2034  # used by the scripts that source this file
 BENCH_CONFIGS_ALL="rustofi ofi ob1-tcp rustofi-shm ob1-vader"
 config_args() {
   case "$1" in
@@ -24,6 +25,7 @@ config_args() {
 
 # Sets py (a python with matplotlib if one can be had) and plotter
 # (matplotlib, gnuplot or none) for scripts/bench_report.py. $1: repo root.
+# shellcheck disable=SC2034  # py and plotter are for the caller
 pick_plotter() {
   local venv="$1/.venv-bench"
   py=python3
