@@ -229,9 +229,18 @@ pub unsafe extern "C" fn rustofi_init(
         };
         // rxm reads its buffer size when libfabric initialises, so this
         // must precede the first fi_getinfo; a user's own setting wins.
-        for (var, value) in config::rxm_buffer_env(settings.eager_limit.unwrap_or(65536)) {
-            if std::env::var_os(var).is_none() {
-                set_env(var, &value);
+        // Larger buffers cost memory in every rxm pool (about 0.37 GB per
+        // process at 64 KiB against 0.1 GB at the default 16 KiB), so they
+        // are only asked for when tcp may carry traffic: not when every
+        // rank of the job runs on this host and the shm rail serves them.
+        let job_on_one_host = env_count("OMPI_COMM_WORLD_SIZE")
+            .is_some_and(|n| env_count("OMPI_COMM_WORLD_LOCAL_SIZE") == Some(n));
+        let shm_serves_host = settings.shm != config::ShmMode::Off;
+        if !(job_on_one_host && shm_serves_host) {
+            for (var, value) in config::rxm_buffer_env(settings.eager_limit.unwrap_or(65536)) {
+                if std::env::var_os(var).is_none() {
+                    set_env(var, &value);
+                }
             }
         }
         let mut query = Err(crate::fabric::FiError::new("fi_getinfo", -61));
@@ -325,6 +334,16 @@ pub unsafe extern "C" fn rustofi_init(
         }
         0
     })
+}
+
+/// A positive count from the environment (set by Open MPI's launcher).
+fn env_count(var: &str) -> Option<u64> {
+    std::env::var(var)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&n| n > 0)
 }
 
 /// Sets an environment variable for libfabric's providers.
