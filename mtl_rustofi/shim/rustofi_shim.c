@@ -533,9 +533,6 @@ static int rustofi_send(struct mca_mtl_base_module_t *mtl, struct ompi_communica
     while (!b.done) {
         opal_progress();
     }
-    /* A blocking send that was coalesced behind an earlier packet leaves
-     * now, not at the caller's next MPI call. */
-    rustofi_flush();
     return b.error;
 }
 

@@ -131,6 +131,10 @@ struct TxBuf {
     /// The peer this packet goes to, counted in its `inflight` while
     /// posted (NO_PEER: not counted).
     peer: usize,
+    /// Sends coalesced into this packet: they complete when it is handed
+    /// to the provider, so that a wait on them drives progress (which
+    /// posts the packet) rather than returning at once.
+    bundled: Vec<ReqPtr>,
 }
 
 const NO_PEER: usize = usize::MAX;
@@ -345,9 +349,6 @@ pub struct Engine {
     /// Set if a panic unwound through the token holder: the state may be
     /// inconsistent, so every later call fails.
     poisoned: AtomicBool,
-    /// Some peer may have an open coalescing packet (a hint that lets
-    /// `flush` return without taking the token).
-    bundles_open: AtomicBool,
     /// Rail 0 is the network provider; rail 1, if open, the shm provider
     /// for same-host peers. One matcher serves both.
     rails: Vec<Rail>,
@@ -536,7 +537,6 @@ impl Engine {
             inbox: Inbox::new(),
             token: Token::new(),
             poisoned: AtomicBool::new(false),
-            bundles_open: AtomicBool::new(false),
             provider: rails[0].provider.clone(),
             caps: rails[0].caps,
             rails,
@@ -767,7 +767,7 @@ impl Engine {
             Op::Send { peer, .. } => peer.wrapping_sub(1),
             _ => NO_PEER,
         };
-        self.flush_bundles(st, keep);
+        self.flush_bundles(st, keep, out);
         match op {
             Op::Send {
                 peer,
@@ -953,6 +953,7 @@ impl Engine {
             zc: ptr::null(),
             zc_len: 0,
             peer: NO_PEER,
+            bundled: Vec::new(),
         });
         if rl.caps.mr_local {
             b.mr =
@@ -973,6 +974,7 @@ impl Engine {
         b.peer = NO_PEER;
         b.zc = ptr::null();
         b.zc_len = 0;
+        b.bundled.clear();
         let rs = &mut st.rails[rail];
         if rs.tx_free.len() >= self.rails[rail].tx_depth.max(256) {
             rs.tx_total -= 1;
@@ -1004,12 +1006,24 @@ impl Engine {
             }
             Err(r) => {
                 // SAFETY: the provider rejected the buffer, so we own it again.
-                let b = unsafe { Box::from_raw(raw) };
+                let mut b = unsafe { Box::from_raw(raw) };
+                let why = crate::fabric::strerror(-r as i32);
+                if let TxFollowUp::Resend(n) = b.on_error {
+                    if n > 0 {
+                        // Packets whose messages already used their
+                        // sequence numbers (coalesced sends) and control
+                        // packets are tried again rather than dropped.
+                        b.on_error = TxFollowUp::Resend(n - 1);
+                        self.stats.errors.fetch_add(1, Relaxed);
+                        self.error(&format!(
+                            "send failed: {why}; resending ({n} attempts left)"
+                        ));
+                        st.rails[rail].retry.push_back(Retry::Tx(Box::into_raw(b)));
+                        return Ok(());
+                    }
+                }
                 self.recycle_tx(st, rail, b);
-                Err(EngineError(format!(
-                    "fi_send failed: {}",
-                    crate::fabric::strerror(-r as i32)
-                )))
+                Err(EngineError(format!("fi_send failed: {why}")))
             }
         }
     }
@@ -1077,6 +1091,7 @@ impl Engine {
     /// Appends an eager message to the peer's open bundle, or starts one
     /// if an earlier packet to the peer is still in flight. Returns false
     /// (and does nothing) when the message must be sent on its own.
+    #[allow(clippy::too_many_arguments)]
     fn coalesce(
         &self,
         st: &mut State,
@@ -1084,6 +1099,8 @@ impl Engine {
         hdr: &Header,
         buf: *const u8,
         len: usize,
+        req: ReqPtr,
+        out: &mut Vec<Completion>,
     ) -> Result<bool, EngineError> {
         let need = wire::BASE_LEN + len;
         // The packet must fit the receiver's bounce buffer.
@@ -1106,11 +1123,12 @@ impl Engine {
                     };
                 }
                 b.len = at + need;
+                b.bundled.push(req);
                 p.bundle_last = at;
                 self.stats.coalesced.fetch_add(1, Relaxed);
                 return Ok(true);
             }
-            self.flush_bundle(st, peer)?;
+            self.flush_bundle(st, peer, out)?;
         }
         if st.peers[peer].inflight == 0 {
             return Ok(false);
@@ -1125,30 +1143,44 @@ impl Engine {
         b.len = n + len;
         b.dest = st.peers[peer].addr;
         b.peer = peer;
-        b.on_error = TxFollowUp::None;
+        // Its messages have used their sequence numbers: a failed post is
+        // retried, never silently dropped.
+        b.on_error = TxFollowUp::Resend(CTRL_RESENDS);
+        b.bundled.push(req);
         let p = &mut st.peers[peer];
         p.bundle = Some(b);
         p.bundle_last = 0;
-        st.open_bundles.push(peer);
-        self.bundles_open.store(true, Relaxed);
+        // Other peers' bundles were flushed when this send was applied, so
+        // the list holds at most this peer (listed once).
+        if !st.open_bundles.contains(&peer) {
+            st.open_bundles.push(peer);
+        }
         Ok(true)
     }
 
-    /// Posts the peer's open bundle, if any.
-    fn flush_bundle(&self, st: &mut State, peer: usize) -> Result<(), EngineError> {
-        match st.peers[peer].bundle.take() {
-            Some(b) => {
-                let rail = st.peers[peer].rail;
-                self.post_tx(st, rail, b)
-            }
-            None => Ok(()),
-        }
+    /// Posts the peer's open bundle, if any, and completes the sends in it
+    /// (their data is in the bundle).
+    fn flush_bundle(
+        &self,
+        st: &mut State,
+        peer: usize,
+        out: &mut Vec<Completion>,
+    ) -> Result<(), EngineError> {
+        let Some(mut b) = st.peers[peer].bundle.take() else {
+            return Ok(());
+        };
+        out.extend(b.bundled.drain(..).map(|req| Completion::Send {
+            req,
+            status: Status::Ok,
+        }));
+        let rail = st.peers[peer].rail;
+        self.post_tx(st, rail, b)
     }
 
     /// Posts every open bundle except `keep`'s. A bundle is held only
     /// while its sender keeps issuing eager sends to that peer: any other
     /// operation, and every progress call, sends it.
-    fn flush_bundles(&self, st: &mut State, keep: usize) {
+    fn flush_bundles(&self, st: &mut State, keep: usize, out: &mut Vec<Completion>) {
         if st.open_bundles.is_empty() {
             return;
         }
@@ -1157,15 +1189,12 @@ impl Engine {
             if p == keep {
                 continue;
             }
-            if let Err(e) = self.flush_bundle(st, p) {
+            if let Err(e) = self.flush_bundle(st, p, out) {
                 self.stats.errors.fetch_add(1, Relaxed);
                 self.error(&format!("could not send coalesced messages: {}", e.0));
             }
         }
         peers.retain(|&p| p == keep && st.peers[p].bundle.is_some());
-        if peers.is_empty() {
-            self.bundles_open.store(false, Relaxed);
-        }
         st.open_bundles = peers;
     }
 
@@ -1246,17 +1275,14 @@ impl Engine {
             // overtake the local transmit completion: they always copy.
             let zero_copy = !sync && len >= ZERO_COPY_MIN && self.rails[rail].zero_copy;
             if !sync && !zero_copy && self.settings.coalesce {
-                if self.coalesce(st, peer, &hdr, buf, len)? {
+                if self.coalesce(st, peer, &hdr, buf, len, req, out)? {
+                    // The request completes when its packet is posted.
                     st.peers[peer].tx_seq = seq.wrapping_add(1);
                     self.stats.eager.fetch_add(1, Relaxed);
-                    out.push(Completion::Send {
-                        req,
-                        status: Status::Ok,
-                    });
                     return Ok(());
                 }
             } else {
-                self.flush_bundle(st, peer)?;
+                self.flush_bundle(st, peer, out)?;
             }
             let mut b = self.take_tx(st, rail)?;
             if sync {
@@ -1299,7 +1325,7 @@ impl Engine {
             return Ok(());
         }
         // Rendezvous.
-        self.flush_bundle(st, peer)?;
+        self.flush_bundle(st, peer, out)?;
         let cookie = st.next_cookie;
         st.next_cookie += 1;
         hdr.kind = Kind::Rts;
@@ -1759,39 +1785,13 @@ impl Engine {
     // ------------------------------------------------------------------
     // Progress
 
-    /// Posts every open coalescing packet, if the progress token is free
-    /// (a holder flushes them itself at its next progress or operation).
-    pub fn flush(&self, out: &mut Vec<Completion>) {
-        if !self.may_have_open_bundles() {
-            return;
-        }
-        if self.poisoned.load(Ordering::Acquire) || !self.token.try_acquire() {
-            return;
-        }
-        {
-            let _holder = Holder(self);
-            // SAFETY: we hold the progress token.
-            let st = unsafe { &mut *self.state.get() };
-            self.apply_inbox(st, out);
-            self.flush_bundles(st, NO_PEER);
-        }
-        if !self.inbox.is_empty() {
-            self.combine(out, false);
-        }
-    }
-
-    /// Whether some coalescing packet may be open (cheap; no token).
-    pub fn may_have_open_bundles(&self) -> bool {
-        self.bundles_open.load(Relaxed)
-    }
-
     /// Drains the completion queue once. Returns the number of events.
     pub fn progress(&self, out: &mut Vec<Completion>) -> usize {
         self.combine(out, true)
     }
 
     fn progress_locked(&self, st: &mut State, out: &mut Vec<Completion>) -> usize {
-        self.flush_bundles(st, NO_PEER);
+        self.flush_bundles(st, NO_PEER, out);
         let mut total = 0;
         for rail in 0..self.rails.len() {
             let rs = &st.rails[rail];

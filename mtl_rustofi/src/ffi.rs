@@ -237,7 +237,10 @@ pub unsafe extern "C" fn rustofi_init(
             .is_some_and(|n| env_count("OMPI_COMM_WORLD_LOCAL_SIZE") == Some(n));
         let shm_serves_host = settings.shm != config::ShmMode::Off;
         if !(job_on_one_host && shm_serves_host) {
-            for (var, value) in config::rxm_buffer_env(settings.eager_limit.unwrap_or(65536)) {
+            // Capped at 64 KiB: larger eager messages go through rxm's own
+            // segmentation rather than multiply every pool.
+            let eager = settings.eager_limit.unwrap_or(65536).min(65536);
+            for (var, value) in config::rxm_buffer_env(eager) {
                 if std::env::var_os(var).is_none() {
                     set_env(var, &value);
                 }
@@ -435,20 +438,6 @@ pub unsafe extern "C" fn rustofi_add_peer(
     } else {
         0
     }
-}
-
-/// Posts any coalesced sends still waiting in an open packet (no
-/// completion-queue poll). Returns 0, or -1 on error.
-#[no_mangle]
-pub extern "C" fn rustofi_flush() -> c_int {
-    // The common case, nothing coalesced, costs one load.
-    if component().is_some_and(|c| !c.engine.may_have_open_bundles()) {
-        return 0;
-    }
-    with_engine("rustofi_flush", |e, out| {
-        e.flush(out);
-        0
-    })
 }
 
 /// Drains the completion queue; returns the number of events handled.
