@@ -18,12 +18,18 @@
  * got all three. Then the same with an MPI_Iprobe loop instead of
  * MPI_Recv. A message held in a coalescing buffer until the next send would
  * deadlock here.
+ *
+ * Phase 3, waited sends leave: rank 0 issues three small non-blocking sends,
+ * waits for them with MPI_Waitall and then makes no MPI call for HOLD_S
+ * seconds. Rank 1 must get all three well before that pause ends: a send
+ * may only complete once its packet was handed to the provider.
  */
 #include "common.h"
 
 #define WINDOWS 40
 #define WINDOW 64
 #define ROUNDS 200
+#define HOLD_S 2.0
 
 static size_t msg_size(int w, int i)
 {
@@ -116,6 +122,32 @@ int main(int argc, char **argv)
             }
             reply = r;
             MPI_CHECK(MPI_Send(&reply, 1, MPI_INT, 0, 6, MPI_COMM_WORLD));
+        }
+    }
+    /* Phase 3: completed sends are on their way even if the sender pauses. */
+    if (test_rank < 2) {
+        MPI_CHECK(MPI_Send(&reply, 1, MPI_INT, 1 - test_rank, 7, MPI_COMM_WORLD));
+        MPI_CHECK(MPI_Recv(&reply, 1, MPI_INT, 1 - test_rank, 7, MPI_COMM_WORLD,
+                           MPI_STATUS_IGNORE));
+        if (test_rank == 0) {
+            for (int k = 0; k < 3; k++) {
+                small[k] = 1000 + k;
+                MPI_CHECK(MPI_Isend(&small[k], 1, MPI_INT, 1, 8, MPI_COMM_WORLD, &reqs[k]));
+            }
+            MPI_CHECK(MPI_Waitall(3, reqs, MPI_STATUSES_IGNORE));
+            sleep_ms((int)(HOLD_S * 1000));
+        } else {
+            double start = now_sec();
+            for (int k = 0; k < 3; k++) {
+                int v = -1;
+                MPI_CHECK(MPI_Recv(&v, 1, MPI_INT, 0, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+                CHECK(v == 1000 + k, "phase 3: got %d, expected %d", v, 1000 + k);
+            }
+            double took = now_sec() - start;
+            CHECK(took < 0.75 * HOLD_S,
+                  "phase 3: the sends arrived after %.2f s, while the sender paused outside "
+                  "MPI for %.1f s after they completed (held back?)",
+                  took, HOLD_S);
         }
     }
     for (int i = 0; i < WINDOW; i++)
