@@ -139,6 +139,24 @@ struct TxBuf {
 
 const NO_PEER: usize = usize::MAX;
 
+/// Writes an eager message (header, then `len` bytes from `buf`) into
+/// `mem` at offset `at` and returns the offset after it. Panics rather than
+/// write past `mem`.
+///
+/// # Safety
+/// `buf` must be readable for `len` bytes.
+unsafe fn put_eager(mem: &mut [u8], at: usize, hdr: &Header, buf: *const u8, len: usize) -> usize {
+    let start = at + hdr.encode(&mut mem[at..]);
+    let dst = &mut mem[start..start + len];
+    if len > 0 {
+        // SAFETY: `buf` holds `len` readable bytes (caller's contract) and
+        // `dst` is a `len`-byte slice of our own buffer, so they are
+        // distinct and in bounds.
+        unsafe { ptr::copy_nonoverlapping(buf, dst.as_mut_ptr(), len) };
+    }
+    start + len
+}
+
 #[derive(Clone, Copy, Debug)]
 enum TxFollowUp {
     None,
@@ -1006,22 +1024,12 @@ impl Engine {
             }
             Err(r) => {
                 // SAFETY: the provider rejected the buffer, so we own it again.
-                let mut b = unsafe { Box::from_raw(raw) };
+                let b = unsafe { Box::from_raw(raw) };
                 let why = crate::fabric::strerror(-r as i32);
-                if let TxFollowUp::Resend(n) = b.on_error {
-                    if n > 0 {
-                        // Packets whose messages already used their
-                        // sequence numbers (coalesced sends) and control
-                        // packets are tried again rather than dropped.
-                        b.on_error = TxFollowUp::Resend(n - 1);
-                        self.stats.errors.fetch_add(1, Relaxed);
-                        self.error(&format!(
-                            "send failed: {why}; resending ({n} attempts left)"
-                        ));
-                        st.rails[rail].retry.push_back(Retry::Tx(Box::into_raw(b)));
-                        return Ok(());
-                    }
-                }
+                let Some(b) = self.try_resend(st, rail, b, &why) else {
+                    self.stats.errors.fetch_add(1, Relaxed);
+                    return Ok(());
+                };
                 self.recycle_tx(st, rail, b);
                 Err(EngineError(format!("fi_send failed: {why}")))
             }
@@ -1110,19 +1118,9 @@ impl Engine {
             if b.len + need <= cap.min(b.mem.len()) {
                 wire::set_more(&mut b.mem[p.bundle_last..]);
                 let at = b.len;
-                hdr.encode(&mut b.mem[at..]);
-                if len > 0 {
-                    // SAFETY: the user buffer holds `len` readable bytes;
-                    // the bundle has room for them (checked above).
-                    unsafe {
-                        ptr::copy_nonoverlapping(
-                            buf,
-                            b.mem.as_mut_ptr().add(at + wire::BASE_LEN),
-                            len,
-                        )
-                    };
-                }
-                b.len = at + need;
+                // SAFETY: the user buffer holds `len` readable bytes (MPI
+                // send semantics).
+                b.len = unsafe { put_eager(&mut b.mem, at, hdr, buf, len) };
                 b.bundled.push(req);
                 p.bundle_last = at;
                 self.stats.coalesced.fetch_add(1, Relaxed);
@@ -1135,12 +1133,8 @@ impl Engine {
         }
         let rail = st.peers[peer].rail;
         let mut b = self.take_tx(st, rail)?;
-        let n = hdr.encode(&mut b.mem);
-        if len > 0 {
-            // SAFETY: as above; a bounce buffer holds header + eager_limit.
-            unsafe { ptr::copy_nonoverlapping(buf, b.mem.as_mut_ptr().add(n), len) };
-        }
-        b.len = n + len;
+        // SAFETY: as above.
+        b.len = unsafe { put_eager(&mut b.mem, 0, hdr, buf, len) };
         b.dest = st.peers[peer].addr;
         b.peer = peer;
         // Its messages have used their sequence numbers: a failed post is
@@ -1295,19 +1289,14 @@ impl Engine {
             } else {
                 b.on_error = TxFollowUp::None;
             }
-            let n = hdr.encode(&mut b.mem);
             if zero_copy {
                 b.zc = buf;
                 b.zc_len = len;
-                b.len = n;
+                b.len = hdr.encode(&mut b.mem);
             } else {
-                if len > 0 {
-                    // SAFETY: the user buffer holds `len` readable bytes (MPI
-                    // send semantics); the bounce buffer has room for
-                    // eager_limit bytes after the header.
-                    unsafe { ptr::copy_nonoverlapping(buf, b.mem.as_mut_ptr().add(n), len) };
-                }
-                b.len = n + len;
+                // SAFETY: the user buffer holds `len` readable bytes (MPI
+                // send semantics).
+                b.len = unsafe { put_eager(&mut b.mem, 0, &hdr, buf, len) };
             }
             b.dest = st.peers[peer].addr;
             b.peer = peer;
@@ -2026,6 +2015,29 @@ impl Engine {
         }
     }
 
+    /// Queues a failed packet for another try if it has attempts left
+    /// (control packets, and coalesced packets whose messages already hold
+    /// their sequence numbers); otherwise hands it back.
+    fn try_resend(
+        &self,
+        st: &mut State,
+        rail: usize,
+        mut b: Box<TxBuf>,
+        why: &str,
+    ) -> Option<Box<TxBuf>> {
+        match b.on_error {
+            TxFollowUp::Resend(n) if n > 0 => {
+                b.on_error = TxFollowUp::Resend(n - 1);
+                self.error(&format!(
+                    "packet send failed: {why}; resending ({n} attempts left)"
+                ));
+                st.rails[rail].retry.push_back(Retry::Tx(Box::into_raw(b)));
+                None
+            }
+            _ => Some(b),
+        }
+    }
+
     fn tx_failed(
         &self,
         st: &mut State,
@@ -2036,19 +2048,12 @@ impl Engine {
     ) {
         // SAFETY: the buffer is ours again after an error completion or a
         // rejected post.
-        let mut b = unsafe { Box::from_raw(raw) };
+        let b = unsafe { Box::from_raw(raw) };
         self.stats.errors.fetch_add(1, Relaxed);
-        match b.on_error {
-            TxFollowUp::Resend(n) if n > 0 => {
-                b.on_error = TxFollowUp::Resend(n - 1);
-                self.error(&format!(
-                    "control packet send failed: {why}; resending ({n} attempts left)"
-                ));
-                st.rails[rail].retry.push_back(Retry::Tx(Box::into_raw(b)));
-                return;
-            }
-            _ => self.error(&format!("send of {} bytes failed: {why}", b.len)),
-        }
+        let Some(b) = self.try_resend(st, rail, b, why) else {
+            return;
+        };
+        self.error(&format!("send of {} bytes failed: {why}", b.len));
         match b.on_error {
             TxFollowUp::None | TxFollowUp::Resend(_) => {}
             TxFollowUp::Sync(cookie) => {
