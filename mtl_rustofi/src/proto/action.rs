@@ -1,0 +1,138 @@
+//! What the protocol core asks of its driver, and what it reports to the
+//! MPI layer.
+
+use super::ids::{FiAddr, MrId, OpId, RailId, ReqId, RxSlot};
+use crate::usermem::Region;
+
+/// Outcome of a request, as reported to the MPI layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum Status {
+    Ok = 0,
+    Truncated = 1,
+    Failed = 2,
+}
+
+/// An MPI request finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    Recv {
+        req: ReqId,
+        src: i32,
+        tag: i32,
+        /// Bytes written into the receive buffer.
+        bytes: usize,
+        status: Status,
+    },
+    Send {
+        req: ReqId,
+        status: Status,
+    },
+    Cancelled {
+        req: ReqId,
+    },
+}
+
+/// Access rights asked of a registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Local source of sends (FI_SEND).
+    Send,
+    /// Local target of receives (FI_RECV).
+    Recv,
+    /// Local target of RMA reads (FI_READ).
+    Read,
+    /// Remote peers may read it (FI_REMOTE_READ).
+    RemoteRead,
+}
+
+/// Work for the driver. Every operation carrying an [`OpId`] or
+/// [`RxSlot`] is reported back exactly once: as a completion, an error
+/// completion, or a failed post (`Core::on_post_failed`). Memory named by a
+/// [`Region`] stays valid until then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Post (or repost) a receive bounce buffer of the rail.
+    PostRecv { rail: RailId, slot: RxSlot },
+    /// Send one packet: `head` (our bounce buffer, registered as `mr` when
+    /// the rail needs local registration) followed, for a zero-copy eager
+    /// send, by `payload` straight from the user's buffer.
+    Send {
+        op: OpId,
+        rail: RailId,
+        dest: FiAddr,
+        head: Region,
+        mr: Option<MrId>,
+        payload: Option<Region>,
+    },
+    /// RMA read of `local.len` bytes from the peer's `remote_addr` (key
+    /// `key`) into `local`.
+    Read {
+        op: OpId,
+        rail: RailId,
+        src: FiAddr,
+        local: Region,
+        mr: Option<MrId>,
+        remote_addr: u64,
+        key: u64,
+    },
+    /// Tagged send of rendezvous data.
+    TaggedSend {
+        op: OpId,
+        rail: RailId,
+        dest: FiAddr,
+        local: Region,
+        mr: Option<MrId>,
+        tag: u64,
+    },
+    /// Tagged receive of rendezvous data from one peer, exact tag.
+    TaggedRecv {
+        op: OpId,
+        rail: RailId,
+        src: FiAddr,
+        local: Region,
+        mr: Option<MrId>,
+        tag: u64,
+    },
+    /// Register memory; the driver answers with `Core::on_registered`
+    /// before it executes the next action.
+    Register {
+        mr: MrId,
+        rail: RailId,
+        region: Region,
+        access: Access,
+        requested_key: u64,
+    },
+    /// Release a registration (the memory may be freed after this).
+    Deregister { mr: MrId },
+}
+
+/// Why a post was not accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PostError {
+    /// The provider's queue is full (FI_EAGAIN): try again later.
+    Again,
+    /// Any other error (a negative libfabric code).
+    Hard(i32),
+}
+
+/// What a driver reports for an operation it posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Posted {
+    Op(OpId),
+    Rx(RailId, RxSlot),
+}
+
+/// Output of one call into the core: actions for the driver (executed in
+/// order) and finished MPI requests.
+#[derive(Default)]
+pub struct Out {
+    pub actions: Vec<Action>,
+    pub events: Vec<Event>,
+}
+
+impl Out {
+    pub fn new() -> Out {
+        Out::default()
+    }
+}

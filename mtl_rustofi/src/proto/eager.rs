@@ -1,0 +1,143 @@
+//! Eager messages: the payload travels in the packet with its header.
+//! Small ones are copied into a bounce buffer (the send completes at once);
+//! from `ZERO_COPY_MIN` bytes, where the rail allows it, the payload goes
+//! from the user's buffer and the send completes with the transmit.
+//! Synchronous sends always copy and complete on the receiver's ack.
+
+use super::action::{Event, Out, Status};
+use super::ids::{Cookie, PeerId, ReqId};
+use super::recv::PostedRecv;
+use super::txq::AfterSend;
+use super::{Core, CoreError, Stats};
+use crate::config::Fault;
+use crate::matching::Envelope;
+use crate::usermem::UserBuf;
+use crate::wire::{self, Header, Kind};
+
+/// Eager payloads at least this large are sent from the user's buffer
+/// where the rail needs no registered memory; smaller ones are copied,
+/// which lets the request complete at once and costs less than waiting
+/// for the transmit.
+pub(super) const ZERO_COPY_MIN: usize = 8192;
+
+/// An MPI send as the core receives it.
+#[derive(Clone, Copy, Debug)]
+pub struct SendArgs {
+    pub peer: PeerId,
+    pub ctx: u32,
+    /// The sender's rank in the communicator.
+    pub src: i32,
+    pub tag: i32,
+    pub buf: UserBuf,
+    /// MPI_Ssend semantics.
+    pub sync: bool,
+    pub req: ReqId,
+}
+
+/// Writes an eager message (header, then the user's payload) into `mem`
+/// at `at`; returns the offset after it.
+pub(super) fn put_eager(mem: &mut [u8], at: usize, hdr: &Header, buf: &UserBuf) -> usize {
+    let start = at + hdr.encode(&mut mem[at..]);
+    buf.read_into(&mut mem[start..]);
+    start + buf.len()
+}
+
+impl Core {
+    /// Starts a send. An error refuses it at once (nothing was sent and no
+    /// event will follow).
+    pub fn send(&mut self, s: SendArgs, out: &mut Out) -> Result<(), CoreError> {
+        self.begin();
+        self.flush_bundles(Some(s.peer), out);
+        self.check_peer(s.peer)?;
+        let len = s.buf.len();
+        let p = &self.peers[s.peer.index()];
+        let rail = p.rail;
+        if len > p.eager_limit {
+            return self.start_rndv_send(s, out);
+        }
+        Stats::add(&self.stats.sent_msgs, 1);
+        Stats::add(&self.stats.sent_bytes, len as u64);
+        Stats::add(&self.stats.eager, 1);
+        if self.fault == Fault::BadPacket {
+            self.fault = Fault::None;
+            let mut b = self.take_tx(rail, out);
+            let n = self.header(Kind::Eager).encode(&mut b.mem);
+            b.mem[0] = 0x00; // not our magic
+            self.send_packet(s.peer, b, n, None, AfterSend::Nothing, out);
+        }
+        let zero_copy =
+            !s.sync && len >= ZERO_COPY_MIN && self.rails[rail.index()].profile.zero_copy;
+        if !s.sync && !zero_copy && self.cfg.coalesce {
+            if self.coalesce(&s, out) {
+                return Ok(());
+            }
+        } else {
+            self.flush_bundle(s.peer, out);
+        }
+        let mut hdr = self.matchable_header(s.peer, Kind::Eager, s.ctx, s.src, s.tag, len);
+        let mut b = self.take_tx(rail, out);
+        let then = if s.sync {
+            let cookie = self.new_cookie();
+            hdr.flags |= wire::FLAG_SYNC;
+            hdr.cookie = cookie.0;
+            self.sync_wait.insert(cookie, (s.req, s.peer));
+            AfterSend::Sync(cookie)
+        } else if zero_copy {
+            AfterSend::Complete(s.req)
+        } else {
+            AfterSend::Nothing
+        };
+        if zero_copy {
+            let n = hdr.encode(&mut b.mem);
+            self.send_packet(s.peer, b, n, Some(s.buf), then, out);
+        } else {
+            let n = put_eager(&mut b.mem, 0, &hdr, &s.buf);
+            self.send_packet(s.peer, b, n, None, then, out);
+            if !s.sync {
+                out.events.push(Event::Send {
+                    req: s.req,
+                    status: Status::Ok,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies a matched eager message into its receive and acknowledges a
+    /// synchronous one.
+    pub(super) fn finish_eager(
+        &mut self,
+        p: PostedRecv,
+        env: Envelope,
+        peer: PeerId,
+        data: &[u8],
+        sync: Option<Cookie>,
+        out: &mut Out,
+    ) {
+        let n = p.buf.write(data);
+        if let Some(cookie) = sync {
+            if !self.peers[peer.index()].lost {
+                let mut ack = self.header(Kind::SyncAck);
+                ack.cookie = cookie.0;
+                self.send_ctrl(peer, &ack, out);
+            }
+        }
+        let status = if data.len() > p.buf.len() {
+            Status::Truncated
+        } else {
+            Status::Ok
+        };
+        self.recv_done(p.req, env, n, status, out);
+    }
+
+    /// The receiver matched a synchronous send.
+    pub(super) fn on_sync_ack(&mut self, hdr: &Header, out: &mut Out) {
+        match self.sync_wait.remove(&Cookie(hdr.cookie)) {
+            Some((req, _)) => out.events.push(Event::Send {
+                req,
+                status: Status::Ok,
+            }),
+            None => self.error("dropped a synchronous-send ack for no pending send"),
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! Typed identifiers of the protocol core, and the slab that hands them out.
+//!
+//! Every thing the core refers to across calls (a peer, a rail, an
+//! operation given to the driver, a memory registration, a rendezvous, a
+//! request of the MPI layer) has its own id type, so one can never be passed
+//! where another is meant, and none is a pointer.
+
+use std::marker::PhantomData;
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident($inner:ty)) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub $inner);
+    };
+}
+
+id_type!(
+    /// A peer process, as the core numbers them (dense, from 0).
+    PeerId(u32)
+);
+id_type!(
+    /// A rail: one libfabric endpoint (0: the network provider, 1: shm).
+    RailId(u8)
+);
+id_type!(
+    /// A transmit-side operation handed to the driver (a packet send or a
+    /// rendezvous data chunk), live until its completion is reported.
+    OpId(u32)
+);
+id_type!(
+    /// A receive bounce buffer of a rail (owned by the driver, posted and
+    /// reposted on the core's instructions).
+    RxSlot(u32)
+);
+id_type!(
+    /// A memory registration the core asked the driver to make.
+    MrId(u32)
+);
+id_type!(
+    /// A rendezvous on the receive side (also the high bits of the tags its
+    /// data chunks carry in the send protocol).
+    RndvId(u32)
+);
+id_type!(
+    /// A rendezvous or synchronous send on the sending side, echoed by the
+    /// receiver in CTS, FIN and ack packets.
+    Cookie(u64)
+);
+id_type!(
+    /// A request of the MPI layer; opaque to the core, handed back in
+    /// completions.
+    ReqId(usize)
+);
+id_type!(
+    /// An unexpected message taken by a matched probe, to be received once.
+    MsgId(u32)
+);
+id_type!(
+    /// A peer's address in a rail's address vector (`fi_addr_t`).
+    FiAddr(u64)
+);
+
+impl RailId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl PeerId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Conversion between an id and a slab index.
+pub trait SlabKey: Copy {
+    fn from_index(i: u32) -> Self;
+    fn index(self) -> u32;
+}
+
+macro_rules! slab_key {
+    ($($name:ident),*) => {$(
+        impl SlabKey for $name {
+            fn from_index(i: u32) -> Self {
+                $name(i)
+            }
+            fn index(self) -> u32 {
+                self.0
+            }
+        }
+    )*};
+}
+slab_key!(OpId, MrId, RndvId, MsgId, RxSlot);
+
+/// A vector of optional entries with a free list: ids are reused after
+/// removal, insertion and removal cost O(1), nothing moves.
+pub struct Slab<K, T> {
+    entries: Vec<Option<T>>,
+    free: Vec<u32>,
+    len: usize,
+    _key: PhantomData<K>,
+}
+
+impl<K: SlabKey, T> Default for Slab<K, T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: SlabKey, T> Slab<K, T> {
+    pub fn new() -> Self {
+        Slab {
+            entries: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+            _key: PhantomData,
+        }
+    }
+
+    pub fn insert(&mut self, value: T) -> K {
+        self.len += 1;
+        if let Some(i) = self.free.pop() {
+            self.entries[i as usize] = Some(value);
+            return K::from_index(i);
+        }
+        let i = u32::try_from(self.entries.len()).expect("fewer than 2^32 live entries");
+        self.entries.push(Some(value));
+        K::from_index(i)
+    }
+
+    pub fn remove(&mut self, k: K) -> Option<T> {
+        let v = self.entries.get_mut(k.index() as usize)?.take()?;
+        self.free.push(k.index());
+        self.len -= 1;
+        Some(v)
+    }
+
+    pub fn get(&self, k: K) -> Option<&T> {
+        self.entries.get(k.index() as usize)?.as_ref()
+    }
+
+    pub fn get_mut(&mut self, k: K) -> Option<&mut T> {
+        self.entries.get_mut(k.index() as usize)?.as_mut()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Live entries with their ids.
+    pub fn iter(&self) -> impl Iterator<Item = (K, &T)> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.as_ref().map(|v| (K::from_index(i as u32), v)))
+    }
+
+    /// Ids of the live entries (a snapshot, so the slab may be changed
+    /// while walking it).
+    pub fn ids(&self) -> Vec<K> {
+        self.iter().map(|(k, _)| k).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slab_reuses_ids_and_counts() {
+        let mut s: Slab<OpId, &str> = Slab::new();
+        let a = s.insert("a");
+        let b = s.insert("b");
+        assert_ne!(a, b);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.remove(a), Some("a"));
+        assert_eq!(s.remove(a), None, "a removed entry is gone");
+        let c = s.insert("c");
+        assert_eq!(c, a, "freed ids are reused");
+        assert_eq!(s.get(b), Some(&"b"));
+        assert_eq!(s.ids(), vec![a, b]);
+        assert_eq!(s.len(), 2);
+    }
+}

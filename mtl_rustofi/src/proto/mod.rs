@@ -1,0 +1,334 @@
+//! The protocol core: MPI matching, peers and per-peer ordering, the
+//! protocols (eager, coalescing, rendezvous by read and by send, their
+//! control packets), the transmit queue with its credits and retry policy,
+//! and request state. It performs no I/O.
+//!
+//! Inputs are calls: commands from the MTL API ([`Core::send`],
+//! [`Core::recv`], ...), packets received on a rail ([`Core::on_packet`]),
+//! the outcome of every operation it asked for ([`Core::on_complete`],
+//! [`Core::on_error`], [`Core::on_post_failed`], [`Core::on_registered`])
+//! and a clock tick ([`Core::tick`]). Outputs go into an [`Out`]: actions
+//! for a driver to execute in order, and finished MPI requests.
+//!
+//! One file per concern, in the manner of UCX's `ucp/tag` and `ucp/rndv`:
+//! - [`ids`]: typed ids and the slab they index;
+//! - [`action`]: actions, events and the driver's reports;
+//! - [`txq`]: transmit bounce buffers, operations, credits, retries and
+//!   the failure policy;
+//! - [`peers`]: peers, incoming packets and per-peer ordering;
+//! - [`recv`]: posted receives, probes, cancels and delivery of a match;
+//! - [`eager`]: eager and synchronous eager messages;
+//! - [`coalesce`]: several small eager messages in one packet;
+//! - [`rndv`]: what both rendezvous protocols share (RTS, FIN, state);
+//! - [`rndv_read`]: the receiver reads the sender's buffer (FI_RMA);
+//! - [`rndv_send`]: the receiver grants tags, the sender sends (FI_TAGGED).
+
+pub mod action;
+mod coalesce;
+mod eager;
+pub mod ids;
+mod peers;
+mod recv;
+mod rndv;
+mod rndv_read;
+mod rndv_send;
+mod txq;
+
+pub use action::{Access, Action, Event, Out, PostError, Posted, Status};
+pub use recv::ProbeInfo;
+
+use crate::config::Fault;
+use crate::matching::{Envelope, Matcher};
+use crate::wire::{Header, RailKind};
+use hashbrown::HashMap;
+use ids::{Cookie, FiAddr, MrId, MsgId, OpId, PeerId, RailId, ReqId, RndvId, Slab};
+use peers::Peer;
+use recv::{PostedRecv, Unexpected};
+use rndv::{RecvRndv, SendRndv};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use txq::{MrUse, Op, TxBuf};
+
+/// What the core needs to know of a rail's provider.
+#[derive(Clone, Debug)]
+pub struct RailProfile {
+    pub kind: RailKind,
+    pub provider: String,
+    /// FI_MR_LOCAL: every buffer given to the provider must be registered.
+    pub mr_local: bool,
+    /// FI_MR_VIRT_ADDR: RMA addresses are virtual addresses (else offsets
+    /// into the region).
+    pub mr_virt_addr: bool,
+    /// FI_MR_PROV_KEY: the provider picks registration keys.
+    pub mr_prov_key: bool,
+    /// Size of each bounce buffer: header plus the largest eager payload.
+    pub buf_size: usize,
+    pub eager_limit: usize,
+    /// Eager payloads of `ZERO_COPY_MIN` bytes and more go from the user's
+    /// buffer (no FI_MR_LOCAL and an iov limit of at least 2).
+    pub zero_copy: bool,
+    /// Rendezvous by RMA read (else by tagged send).
+    pub rndv_read: bool,
+    /// FI_TAGGED is available (the send rendezvous needs it).
+    pub tagged: bool,
+    pub chunk: usize,
+    /// Most transmit operations in flight (the provider's tx queue depth).
+    pub tx_depth: usize,
+    /// Receive bounce buffers the driver holds for this rail.
+    pub rx_count: usize,
+}
+
+/// Counters printed at finalize with `verbose >= 1`. Relaxed atomics, so
+/// any thread may read them while the token holder updates them.
+#[derive(Default)]
+pub struct Stats {
+    pub sent_msgs: AtomicU64,
+    pub sent_bytes: AtomicU64,
+    pub recv_msgs: AtomicU64,
+    pub recv_bytes: AtomicU64,
+    pub eager: AtomicU64,
+    pub rndv: AtomicU64,
+    pub unexpected: AtomicU64,
+    /// Error events: each failed operation, rejected packet or lost peer
+    /// counts once, where it is observed.
+    pub errors: AtomicU64,
+    pub net_peers: AtomicU64,
+    pub shm_peers: AtomicU64,
+    /// Eager messages that shared a packet with an earlier one.
+    pub coalesced: AtomicU64,
+}
+
+impl Stats {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Relaxed);
+    }
+
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Relaxed)
+    }
+}
+
+/// Settings of the core that are not per rail.
+#[derive(Clone, Copy, Debug)]
+pub struct CoreConfig {
+    /// This process's name (jobid << 32 | vpid), stamped on every packet.
+    pub my_name: u64,
+    pub coalesce: bool,
+    pub fault: Fault,
+}
+
+/// A rail: its profile and its transmit-side state.
+struct Rail {
+    profile: RailProfile,
+    /// Free bounce buffers.
+    tx_free: Vec<TxBuf>,
+    /// Bounce buffers in existence (free, queued, posted or bundled).
+    tx_total: usize,
+    /// Operations waiting for a credit or for the provider to take them.
+    retry: VecDeque<OpId>,
+    /// Receive buffers waiting to be reposted.
+    rx_retry: VecDeque<ids::RxSlot>,
+    /// Transmit-side operations handed to the driver and not yet reported.
+    inflight: usize,
+    /// Peers reached through this rail. A rail without peers has nothing
+    /// to deliver and is not polled (polling an idle network provider
+    /// costs a system call, which would dominate shared-memory latency).
+    peers: usize,
+}
+
+/// The protocol state of one process.
+pub struct Core {
+    cfg: CoreConfig,
+    rails: Vec<Rail>,
+    peers: Vec<Peer>,
+    by_name: HashMap<u64, PeerId>,
+    matcher: Matcher<PostedRecv, Unexpected>,
+    ops: Slab<OpId, Op>,
+    mrs: Slab<MrId, MrUse>,
+    rndv_recv: Slab<RndvId, RecvRndv>,
+    rndv_send: HashMap<Cookie, SendRndv>,
+    /// Synchronous eager sends waiting for the receiver's ack.
+    sync_wait: HashMap<Cookie, (ReqId, PeerId)>,
+    /// Unexpected messages taken by a matched probe.
+    taken: Slab<MsgId, (Envelope, Unexpected)>,
+    next_cookie: u64,
+    /// Source of the tag bases of send-rendezvous data (monotonic, so a
+    /// late chunk of an old rendezvous never matches a new one).
+    next_tag_base: u64,
+    next_key: u64,
+    fault: Fault,
+    /// Peers that may have an open coalescing bundle.
+    open_bundles: Vec<PeerId>,
+    /// Bounce buffers whose registration was released in the last batch of
+    /// actions; freed at the next call, after the driver executed it.
+    retired: Vec<Box<[u8]>>,
+    stats: Arc<Stats>,
+}
+
+/// Why a command was refused at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoreError(pub String);
+
+impl Core {
+    /// A core over `rails` (index = [`RailId`]). Call [`Core::start`] to
+    /// get the first receive posts.
+    pub fn new(cfg: CoreConfig, rails: Vec<RailProfile>, stats: Arc<Stats>) -> Core {
+        Core {
+            fault: cfg.fault,
+            cfg,
+            rails: rails
+                .into_iter()
+                .map(|profile| Rail {
+                    profile,
+                    tx_free: Vec::new(),
+                    tx_total: 0,
+                    retry: VecDeque::new(),
+                    rx_retry: VecDeque::new(),
+                    inflight: 0,
+                    peers: 0,
+                })
+                .collect(),
+            peers: Vec::new(),
+            by_name: HashMap::new(),
+            matcher: Matcher::new(),
+            ops: Slab::new(),
+            mrs: Slab::new(),
+            rndv_recv: Slab::new(),
+            rndv_send: HashMap::new(),
+            sync_wait: HashMap::new(),
+            taken: Slab::new(),
+            next_cookie: 1,
+            next_tag_base: 1,
+            next_key: 1,
+            open_bundles: Vec::new(),
+            retired: Vec::new(),
+            stats,
+        }
+    }
+
+    /// Posts every receive bounce buffer of every rail.
+    pub fn start(&mut self, out: &mut Out) {
+        for (r, rail) in self.rails.iter().enumerate() {
+            for s in 0..rail.profile.rx_count {
+                out.actions.push(Action::PostRecv {
+                    rail: RailId(r as u8),
+                    slot: ids::RxSlot(s as u32),
+                });
+            }
+        }
+    }
+
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    pub fn profile(&self, rail: RailId) -> &RailProfile {
+        &self.rails[rail.index()].profile
+    }
+
+    pub fn rail_count(&self) -> usize {
+        self.rails.len()
+    }
+
+    /// Whether the driver should poll the rail's completion queue.
+    pub fn rail_needs_poll(&self, rail: RailId) -> bool {
+        let r = &self.rails[rail.index()];
+        r.peers > 0 || r.inflight > 0 || !r.retry.is_empty() || !r.rx_retry.is_empty()
+    }
+
+    /// A progress opportunity: sends open bundles and retries queued
+    /// operations and receive posts.
+    pub fn tick(&mut self, out: &mut Out) {
+        self.begin();
+        self.flush_bundles(None, out);
+        self.run_retries(out);
+    }
+
+    /// Called at the start of every input: memory retired in the previous
+    /// batch is no longer registered.
+    fn begin(&mut self) {
+        if !self.retired.is_empty() {
+            self.retired.clear();
+        }
+    }
+
+    /// Whether transfers are still under way (finalize waits for them).
+    pub fn busy(&self) -> bool {
+        !self.ops.is_empty()
+            || !self.rndv_send.is_empty()
+            || !self.rndv_recv.is_empty()
+            || self.rails.iter().any(|r| !r.retry.is_empty())
+            || self.peers.iter().any(|p| p.has_bundle())
+    }
+
+    /// What is left in the core's tables; all zero when it is quiet.
+    pub fn leftovers(&self) -> Leftovers {
+        let pool_mrs = self
+            .mrs
+            .iter()
+            .filter(|(_, u)| matches!(u, MrUse::TxBuf | MrUse::Failed))
+            .count();
+        Leftovers {
+            ops: self.ops.len(),
+            registrations: self.mrs.len() - pool_mrs,
+            rndv_send: self.rndv_send.len(),
+            rndv_recv: self.rndv_recv.len(),
+            sync_wait: self.sync_wait.len(),
+            retry: self.rails.iter().map(|r| r.retry.len()).sum(),
+            rx_unposted: self.rails.iter().map(|r| r.rx_retry.len()).sum(),
+            taken: self.taken.len(),
+            held_out_of_order: self.peers.iter().map(|p| p.order.held()).sum(),
+            posted: self.matcher.posted_len(),
+            unexpected: self.matcher.unexpected_len(),
+            tx_buffers_out: self
+                .rails
+                .iter()
+                .map(|r| r.tx_total - r.tx_free.len())
+                .sum(),
+        }
+    }
+
+    fn error(&self, msg: &str) {
+        crate::log::error(msg);
+    }
+
+    fn count_error(&self) {
+        Stats::add(&self.stats.errors, 1);
+    }
+
+    fn new_cookie(&mut self) -> Cookie {
+        let c = Cookie(self.next_cookie);
+        self.next_cookie += 1;
+        c
+    }
+
+    fn header(&self, kind: crate::wire::Kind) -> Header {
+        let mut h = Header::new(kind);
+        h.sender = self.cfg.my_name;
+        h
+    }
+
+    pub fn peer_addr(&self, peer: PeerId) -> (RailId, FiAddr) {
+        let p = &self.peers[peer.index()];
+        (p.rail, p.addr)
+    }
+}
+
+/// Counts of what the core still holds (see [`Core::leftovers`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Leftovers {
+    pub ops: usize,
+    /// Registrations of user buffers (pool buffers' own are not counted).
+    pub registrations: usize,
+    pub rndv_send: usize,
+    pub rndv_recv: usize,
+    pub sync_wait: usize,
+    pub retry: usize,
+    pub rx_unposted: usize,
+    pub taken: usize,
+    pub held_out_of_order: usize,
+    pub posted: usize,
+    pub unexpected: usize,
+    pub tx_buffers_out: usize,
+}

@@ -1,0 +1,240 @@
+//! Peers, incoming packets and per-peer ordering.
+//!
+//! Matchable messages (eager and RTS) carry a per-peer sequence number; a
+//! [`Reorder`] per peer releases them in send order whatever order the
+//! provider delivers them in, which keeps MPI's non-overtaking rule.
+
+use super::action::{Event, Out, Status};
+use super::coalesce::Bundle;
+use super::ids::{FiAddr, PeerId, RailId, RxSlot};
+use super::{Core, CoreError, Stats};
+use crate::order::Reorder;
+use crate::wire::{self, Header, Kind, RailKind};
+
+/// A matchable message that arrived before its predecessors.
+pub(super) struct Held {
+    pub(super) hdr: Header,
+    pub(super) data: Vec<u8>,
+}
+
+pub(super) struct Peer {
+    /// The rail this peer is reached through.
+    pub(super) rail: RailId,
+    /// Its address in that rail's address vector.
+    pub(super) addr: FiAddr,
+    /// Packets to this peer handed over (or queued) and not yet reported.
+    pub(super) inflight: u32,
+    /// Eager messages being coalesced into one packet.
+    pub(super) bundle: Option<Bundle>,
+    /// Never send an eager packet larger than the peer's buffers.
+    pub(super) eager_limit: usize,
+    pub(super) tx_seq: u32,
+    pub(super) order: Reorder<Held>,
+    /// Nothing more can be exchanged with it (a packet to it failed for
+    /// good, or the runtime said it is gone): sends to it fail at once.
+    pub(super) lost: bool,
+}
+
+impl Peer {
+    pub(super) fn has_bundle(&self) -> bool {
+        self.bundle.is_some()
+    }
+}
+
+impl Core {
+    /// Adds (or finds) a peer by process name. `rail` and `addr` are where
+    /// the driver inserted its published address; `max_eager` the largest
+    /// eager payload its receive buffers hold.
+    pub fn add_peer(&mut self, name: u64, rail: RailId, addr: FiAddr, max_eager: usize) -> PeerId {
+        if let Some(&p) = self.by_name.get(&name) {
+            return p;
+        }
+        let id = PeerId(self.peers.len() as u32);
+        let r = &mut self.rails[rail.index()];
+        r.peers += 1;
+        match r.profile.kind {
+            RailKind::Net => Stats::add(&self.stats.net_peers, 1),
+            RailKind::Shm => Stats::add(&self.stats.shm_peers, 1),
+        }
+        self.peers.push(Peer {
+            rail,
+            addr,
+            inflight: 0,
+            bundle: None,
+            eager_limit: r.profile.eager_limit.min(max_eager),
+            tx_seq: 0,
+            order: Reorder::new(),
+            lost: false,
+        });
+        self.by_name.insert(name, id);
+        id
+    }
+
+    /// The peer of a name, if added.
+    pub fn peer_by_name(&self, name: u64) -> Option<PeerId> {
+        self.by_name.get(&name).copied()
+    }
+
+    pub fn peer_count(&self) -> usize {
+        self.peers.len()
+    }
+
+    pub(super) fn check_peer(&self, peer: PeerId) -> Result<(), CoreError> {
+        match self.peers.get(peer.index()) {
+            None => Err(CoreError(format!("send to unknown peer {}", peer.0))),
+            Some(p) if p.lost => Err(CoreError(format!(
+                "send to peer {} which can no longer be reached",
+                peer.0
+            ))),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The peer can no longer be reached: every request that waits for it
+    /// fails now, or when its last operation in flight is reported.
+    pub fn peer_lost(&mut self, peer: PeerId, out: &mut Out) {
+        self.begin();
+        let Some(p) = self.peers.get_mut(peer.index()) else {
+            return;
+        };
+        if p.lost {
+            return;
+        }
+        p.lost = true;
+        self.count_error();
+        self.error(&format!(
+            "peer {} can no longer be reached; its pending transfers fail",
+            peer.0
+        ));
+        if let Some(b) = self.peers[peer.index()].bundle.take() {
+            let rail = self.peers[peer.index()].rail;
+            for req in b.reqs {
+                out.events.push(Event::Send {
+                    req,
+                    status: Status::Failed,
+                });
+            }
+            self.recycle_tx(rail, b.buf, out);
+        }
+        let syncs: Vec<_> = self
+            .sync_wait
+            .iter()
+            .filter(|(_, &(_, p))| p == peer)
+            .map(|(&c, _)| c)
+            .collect();
+        for c in syncs {
+            if let Some((req, _)) = self.sync_wait.remove(&c) {
+                out.events.push(Event::Send {
+                    req,
+                    status: Status::Failed,
+                });
+            }
+        }
+        self.rndv_fail_peer(peer, out);
+    }
+
+    /// A packet arrived in receive buffer `slot` of `rail`; the buffer is
+    /// reposted once it has been handled.
+    pub fn on_packet(&mut self, rail: RailId, slot: RxSlot, pkt: &[u8], out: &mut Out) {
+        self.begin();
+        self.handle_packet(pkt, out);
+        self.repost_rx(rail, slot, out);
+    }
+
+    /// Parses one packet (one message, or several coalesced eager
+    /// messages) and acts on each message.
+    fn handle_packet(&mut self, pkt: &[u8], out: &mut Out) {
+        if pkt.is_empty() {
+            self.count_error();
+            self.error("dropped an empty packet");
+            return;
+        }
+        let mut off = 0;
+        while off < pkt.len() {
+            match Header::decode_prefix(&pkt[off..]) {
+                Ok((hdr, n)) => {
+                    self.handle_message(hdr, &pkt[off..off + n], out);
+                    off += n;
+                }
+                Err(e) => {
+                    self.count_error();
+                    self.error(&format!(
+                        "dropped a malformed packet ({} bytes at offset {off} of {}): {e}",
+                        pkt.len() - off,
+                        pkt.len()
+                    ));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Acts on one message; `msg` holds exactly its header and payload.
+    fn handle_message(&mut self, hdr: Header, msg: &[u8], out: &mut Out) {
+        let Some(&peer) = self.by_name.get(&hdr.sender) else {
+            self.count_error();
+            self.error(&format!(
+                "dropped a {:?} packet from unknown process 0x{:x}",
+                hdr.kind, hdr.sender
+            ));
+            return;
+        };
+        match hdr.kind {
+            Kind::Eager | Kind::Rts => {
+                let payload = &msg[hdr.wire_len()..];
+                let p = &mut self.peers[peer.index()];
+                if p.order.take_in_order(hdr.seq) {
+                    // In order: match straight out of the bounce buffer.
+                    self.on_matchable(peer, &hdr, payload, out);
+                    return;
+                }
+                let mut ready = Vec::new();
+                let held = Held {
+                    hdr,
+                    data: payload.to_vec(),
+                };
+                if p.order.accept(hdr.seq, held, &mut ready).is_err() {
+                    self.count_error();
+                    self.error(&format!("dropped a duplicate packet (seq {})", hdr.seq));
+                    return;
+                }
+                for h in ready {
+                    self.on_matchable(peer, &h.hdr, &h.data, out);
+                }
+            }
+            Kind::SyncAck => self.on_sync_ack(&hdr, out),
+            Kind::Fin => self.on_fin(&hdr, out),
+            Kind::Cts => self.on_cts(peer, &hdr, out),
+        }
+    }
+
+    /// The next header of a matchable message to `peer`, with its sequence
+    /// number taken.
+    pub(super) fn matchable_header(
+        &mut self,
+        peer: PeerId,
+        kind: Kind,
+        ctx: u32,
+        src: i32,
+        tag: i32,
+        len: usize,
+    ) -> Header {
+        let mut hdr = self.header(kind);
+        let p = &mut self.peers[peer.index()];
+        hdr.seq = p.tx_seq;
+        p.tx_seq = p.tx_seq.wrapping_add(1);
+        hdr.ctx = ctx;
+        hdr.src = src;
+        hdr.tag = tag;
+        hdr.len = len as u64;
+        hdr
+    }
+}
+
+/// Whether a header carries a flag.
+pub(super) fn has(hdr: &Header, flag: u8) -> bool {
+    hdr.flags & flag != 0
+}
+
+/// The flag set of a synchronous send.
+pub(super) const SYNC: u8 = wire::FLAG_SYNC;

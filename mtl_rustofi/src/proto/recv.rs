@@ -1,0 +1,191 @@
+//! Posted receives, probes and cancels, and delivery of a matched message
+//! to its receive.
+
+use super::action::{Event, Out, Status};
+use super::ids::{Cookie, MsgId, PeerId, ReqId};
+use super::peers::{has, SYNC};
+use super::{Core, CoreError, Stats};
+use crate::matching::{Envelope, PostId, Selector};
+use crate::usermem::UserBuf;
+use crate::wire::{Header, Kind};
+
+/// A receive waiting in the posted queue.
+pub(super) struct PostedRecv {
+    pub(super) req: ReqId,
+    pub(super) buf: UserBuf,
+}
+
+/// A message waiting in the unexpected queue.
+pub(super) enum Unexpected {
+    Eager {
+        peer: PeerId,
+        data: Vec<u8>,
+        sync: Option<Cookie>,
+    },
+    Rts {
+        peer: PeerId,
+        hdr: Header,
+    },
+}
+
+impl Unexpected {
+    fn len(&self) -> u64 {
+        match self {
+            Unexpected::Eager { data, .. } => data.len() as u64,
+            Unexpected::Rts { hdr, .. } => hdr.len,
+        }
+    }
+}
+
+/// What a probe reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeInfo {
+    pub src: i32,
+    pub tag: i32,
+    pub len: u64,
+}
+
+impl Core {
+    /// Posts a receive into `buf`. Returns the posted-queue ticket (for
+    /// [`Core::cancel`]) when it did not match at once.
+    pub fn recv(
+        &mut self,
+        sel: Selector,
+        buf: UserBuf,
+        req: ReqId,
+        out: &mut Out,
+    ) -> Option<PostId> {
+        self.begin();
+        self.flush_bundles(None, out);
+        match self.matcher.post(sel, PostedRecv { req, buf }) {
+            Ok((p, env, u)) => {
+                self.deliver(p, env, u, out);
+                None
+            }
+            Err(id) => Some(id),
+        }
+    }
+
+    /// Receives a message taken by [`Core::mprobe`].
+    pub fn mrecv(
+        &mut self,
+        msg: MsgId,
+        buf: UserBuf,
+        req: ReqId,
+        out: &mut Out,
+    ) -> Result<(), CoreError> {
+        self.begin();
+        self.flush_bundles(None, out);
+        let (env, u) = self
+            .taken
+            .remove(msg)
+            .ok_or_else(|| CoreError(format!("unknown or already received message {}", msg.0)))?;
+        self.deliver(PostedRecv { req, buf }, env, u, out);
+        Ok(())
+    }
+
+    /// Cancels a queued receive; true if it was still queued (a
+    /// `Cancelled` event is emitted).
+    pub fn cancel(&mut self, id: PostId, out: &mut Out) -> bool {
+        self.begin();
+        self.flush_bundles(None, out);
+        match self.matcher.cancel(id) {
+            Some(p) => {
+                out.events.push(Event::Cancelled { req: p.req });
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// MPI_Iprobe on the unexpected queue.
+    pub fn probe(&mut self, sel: &Selector, out: &mut Out) -> Option<ProbeInfo> {
+        self.begin();
+        self.flush_bundles(None, out);
+        self.matcher.probe(sel).map(|(env, u)| ProbeInfo {
+            src: env.src,
+            tag: env.tag,
+            len: u.len(),
+        })
+    }
+
+    /// MPI_Improbe: takes the message out of matching.
+    pub fn mprobe(&mut self, sel: &Selector, out: &mut Out) -> Option<(ProbeInfo, MsgId)> {
+        self.begin();
+        self.flush_bundles(None, out);
+        let (env, u) = self.matcher.take_unexpected(sel)?;
+        let info = ProbeInfo {
+            src: env.src,
+            tag: env.tag,
+            len: u.len(),
+        };
+        Some((info, self.taken.insert((env, u))))
+    }
+
+    /// Hands a matched message to a receive.
+    fn deliver(&mut self, p: PostedRecv, env: Envelope, u: Unexpected, out: &mut Out) {
+        match u {
+            Unexpected::Eager { peer, data, sync } => {
+                self.finish_eager(p, env, peer, &data, sync, out)
+            }
+            Unexpected::Rts { peer, hdr } => self.start_rndv_recv(p, peer, &hdr, out),
+        }
+    }
+
+    /// A matchable message, in order: to its posted receive or to the
+    /// unexpected queue.
+    pub(super) fn on_matchable(
+        &mut self,
+        peer: PeerId,
+        hdr: &Header,
+        payload: &[u8],
+        out: &mut Out,
+    ) {
+        let env = Envelope {
+            ctx: hdr.ctx,
+            src: hdr.src,
+            tag: hdr.tag,
+        };
+        let sync = has(hdr, SYNC).then_some(Cookie(hdr.cookie));
+        if let Some(p) = self.matcher.take_posted(&env) {
+            match hdr.kind {
+                Kind::Eager => self.finish_eager(p, env, peer, payload, sync, out),
+                _ => self.start_rndv_recv(p, peer, hdr, out),
+            }
+            return;
+        }
+        Stats::add(&self.stats.unexpected, 1);
+        let u = match hdr.kind {
+            Kind::Eager => Unexpected::Eager {
+                peer,
+                data: payload.to_vec(),
+                sync,
+            },
+            _ => Unexpected::Rts { peer, hdr: *hdr },
+        };
+        let queued = self.matcher.arrive(env, u);
+        debug_assert!(queued.is_none());
+    }
+
+    /// Reports a finished receive.
+    pub(super) fn recv_done(
+        &mut self,
+        req: ReqId,
+        env: Envelope,
+        bytes: usize,
+        status: Status,
+        out: &mut Out,
+    ) {
+        if status != Status::Failed {
+            Stats::add(&self.stats.recv_msgs, 1);
+            Stats::add(&self.stats.recv_bytes, bytes as u64);
+        }
+        out.events.push(Event::Recv {
+            req,
+            src: env.src,
+            tag: env.tag,
+            bytes,
+            status,
+        });
+    }
+}

@@ -1,0 +1,401 @@
+//! What both rendezvous protocols share: the sender's RTS (a matchable
+//! message that carries no payload), the state of each side, the FIN that
+//! ends a transfer, registrations of user buffers, and failure.
+//!
+//! Sender: `start_rndv_send` registers the buffer where the protocol or the
+//! rail needs it, then sends the RTS; it waits for a FIN (read protocol,
+//! or any failure of the receiver) or a CTS (send protocol). Receiver:
+//! `start_rndv_recv` on the match registers the receive buffer where the
+//! rail needs it and hands over to [`super::rndv_read`] or
+//! [`super::rndv_send`].
+
+use super::action::{Access, Event, Out, Status};
+use super::ids::{Cookie, MrId, PeerId, ReqId, RndvId};
+use super::peers::has;
+use super::recv::PostedRecv;
+use super::txq::{AfterSend, ChunkOwner, MrUse};
+use super::{Core, CoreError, Stats};
+use crate::config::Fault;
+use crate::matching::Envelope;
+use crate::usermem::UserBuf;
+use crate::wire::{self, Header, Kind};
+
+/// Sender side of a rendezvous.
+pub(super) struct SendRndv {
+    pub(super) req: ReqId,
+    pub(super) buf: UserBuf,
+    pub(super) peer: PeerId,
+    pub(super) mr: Option<MrId>,
+    pub(super) state: SendState,
+    /// Data chunks handed over and not yet reported.
+    pub(super) outstanding: usize,
+    pub(super) failed: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SendState {
+    /// The RTS waits for the buffer's registration (its key goes in it).
+    Registering(Header),
+    /// The RTS is out; waiting for a CTS or a FIN.
+    AwaitReply,
+    /// CTS received, data chunks going out.
+    Sending,
+}
+
+/// Receiver side of a rendezvous.
+pub(super) struct RecvRndv {
+    pub(super) req: ReqId,
+    pub(super) buf: UserBuf,
+    pub(super) peer: PeerId,
+    pub(super) env: Envelope,
+    /// Sender's cookie, echoed in CTS/FIN.
+    pub(super) cookie: Cookie,
+    /// Bytes to move (the message, clipped to the receive buffer).
+    pub(super) want: usize,
+    pub(super) truncated: bool,
+    pub(super) read: bool,
+    pub(super) remote_addr: u64,
+    pub(super) key: u64,
+    /// Send protocol: tag of the first data chunk.
+    pub(super) tag_base: u64,
+    pub(super) next_off: usize,
+    pub(super) outstanding: usize,
+    pub(super) failed: bool,
+    pub(super) mr: Option<MrId>,
+    /// Waiting for the registration of the receive buffer.
+    pub(super) registering: bool,
+    /// Send protocol: the CTS went out (the sender no longer waits for a
+    /// FIN).
+    pub(super) cts_sent: bool,
+}
+
+impl Core {
+    pub(super) fn start_rndv_send(
+        &mut self,
+        s: super::eager::SendArgs,
+        out: &mut Out,
+    ) -> Result<(), CoreError> {
+        let rail = self.peers[s.peer.index()].rail;
+        let prof = &self.rails[rail.index()].profile;
+        let (read, mr_local) = (prof.rndv_read, prof.mr_local);
+        if !read && !prof.tagged {
+            return Err(CoreError(format!(
+                "provider {} offers neither FI_RMA nor FI_TAGGED: a message of {} bytes \
+                 (above the eager limit of {} bytes) cannot be sent",
+                prof.provider,
+                s.buf.len(),
+                self.peers[s.peer.index()].eager_limit
+            )));
+        }
+        self.flush_bundle(s.peer, out);
+        let len = s.buf.len();
+        Stats::add(&self.stats.sent_msgs, 1);
+        Stats::add(&self.stats.sent_bytes, len as u64);
+        Stats::add(&self.stats.rndv, 1);
+        let cookie = self.new_cookie();
+        let mut hdr = self.matchable_header(s.peer, Kind::Rts, s.ctx, s.src, s.tag, len);
+        hdr.cookie = cookie.0;
+        if !read {
+            hdr.flags |= wire::FLAG_RNDV_SEND;
+        }
+        let mut r = SendRndv {
+            req: s.req,
+            buf: s.buf,
+            peer: s.peer,
+            mr: None,
+            state: SendState::AwaitReply,
+            outstanding: 0,
+            failed: false,
+        };
+        if read || mr_local {
+            let access = if read {
+                Access::RemoteRead
+            } else {
+                Access::Send
+            };
+            r.mr = Some(self.register(rail, s.buf.region(), access, MrUse::RndvSend(cookie), out));
+            r.state = SendState::Registering(hdr);
+            self.rndv_send.insert(cookie, r);
+            return Ok(());
+        }
+        self.rndv_send.insert(cookie, r);
+        self.send_rts(s.peer, &hdr, cookie, out);
+        Ok(())
+    }
+
+    fn send_rts(&mut self, peer: PeerId, hdr: &Header, cookie: Cookie, out: &mut Out) {
+        let rail = self.peers[peer.index()].rail;
+        let mut b = self.take_tx(rail, out);
+        let n = hdr.encode(&mut b.mem);
+        self.send_packet(peer, b, n, None, AfterSend::Rts(cookie), out);
+    }
+
+    /// The sender's buffer is registered (or could not be).
+    pub(super) fn rndv_send_registered(
+        &mut self,
+        cookie: Cookie,
+        mr: MrId,
+        result: Result<u64, i32>,
+        out: &mut Out,
+    ) {
+        let Some(s) = self.rndv_send.get_mut(&cookie) else {
+            self.deregister(mr, out);
+            return;
+        };
+        let SendState::Registering(mut hdr) = s.state else {
+            return;
+        };
+        let peer = s.peer;
+        let len = s.buf.len();
+        let rail = self.peers[peer.index()].rail;
+        match result {
+            Ok(key) => {
+                if !has(&hdr, wire::FLAG_RNDV_SEND) {
+                    hdr.ext0 = if self.rails[rail.index()].profile.mr_virt_addr {
+                        s.buf.region().addr as u64
+                    } else {
+                        0
+                    };
+                    hdr.ext1 = key;
+                }
+                s.state = SendState::AwaitReply;
+                self.send_rts(peer, &hdr, cookie, out);
+            }
+            Err(code) => {
+                self.count_error();
+                self.error(&format!(
+                    "cannot register a send buffer of {len} bytes: {}",
+                    crate::fabric::strerror(-code)
+                ));
+                // The RTS holds a sequence number the receiver waits for:
+                // it still goes out, marked failed, and the receive it
+                // matches fails too.
+                hdr.status = 1;
+                let mut b = self.take_tx(rail, out);
+                let n = hdr.encode(&mut b.mem);
+                self.send_packet(peer, b, n, None, AfterSend::Nothing, out);
+                self.finish_rndv_send(cookie, true, out);
+            }
+        }
+    }
+
+    /// The FIN of a rendezvous: the receiver is done with the sender's
+    /// buffer (`status` 0: it succeeded).
+    pub(super) fn on_fin(&mut self, hdr: &Header, out: &mut Out) {
+        let cookie = Cookie(hdr.cookie);
+        match self.rndv_send.get(&cookie) {
+            Some(s) if s.state == SendState::AwaitReply && s.outstanding == 0 => {
+                let failed = hdr.status != 0;
+                if failed {
+                    self.count_error();
+                    self.error("the receiver reported a failed rendezvous");
+                }
+                self.finish_rndv_send(cookie, failed, out);
+            }
+            _ => self.error("dropped a rendezvous FIN for no pending send"),
+        }
+    }
+
+    pub(super) fn finish_rndv_send(&mut self, cookie: Cookie, failed: bool, out: &mut Out) {
+        let Some(s) = self.rndv_send.remove(&cookie) else {
+            return;
+        };
+        if let Some(mr) = s.mr {
+            self.deregister(mr, out);
+        }
+        out.events.push(Event::Send {
+            req: s.req,
+            status: if failed { Status::Failed } else { Status::Ok },
+        });
+    }
+
+    /// The RTS of a rendezvous could not be sent.
+    pub(super) fn rndv_send_failed(&mut self, cookie: Cookie, out: &mut Out) {
+        if let Some(s) = self.rndv_send.get_mut(&cookie) {
+            s.failed = true;
+            if s.outstanding == 0 {
+                self.finish_rndv_send(cookie, true, out);
+            }
+        }
+    }
+
+    /// A receive matched an RTS.
+    pub(super) fn start_rndv_recv(
+        &mut self,
+        p: PostedRecv,
+        peer: PeerId,
+        hdr: &Header,
+        out: &mut Out,
+    ) {
+        let env = Envelope {
+            ctx: hdr.ctx,
+            src: hdr.src,
+            tag: hdr.tag,
+        };
+        if hdr.status != 0 || self.peers[peer.index()].lost {
+            // The sender failed this message (and has finished its side).
+            self.recv_done(p.req, env, 0, Status::Failed, out);
+            return;
+        }
+        let want = hdr.len.min(p.buf.len() as u64) as usize;
+        let read = !has(hdr, wire::FLAG_RNDV_SEND);
+        let mut key = hdr.ext1;
+        if read && self.fault == Fault::RmaKey {
+            self.fault = Fault::None;
+            key ^= 0x5a5a_5a5a_5a5a;
+        }
+        let tag_base = if read {
+            0
+        } else {
+            let t = self.next_tag_base & super::rndv_send::TAG_ID_MASK;
+            self.next_tag_base += 1;
+            t << super::rndv_send::CHUNK_BITS
+        };
+        let id = self.rndv_recv.insert(RecvRndv {
+            req: p.req,
+            buf: p.buf,
+            peer,
+            env,
+            cookie: Cookie(hdr.cookie),
+            want,
+            truncated: hdr.len > p.buf.len() as u64,
+            read,
+            remote_addr: hdr.ext0,
+            key,
+            tag_base,
+            next_off: 0,
+            outstanding: 0,
+            failed: false,
+            mr: None,
+            registering: false,
+            cts_sent: false,
+        });
+        let rail = self.peers[peer.index()].rail;
+        if want > 0 && self.rails[rail.index()].profile.mr_local {
+            let access = if read { Access::Read } else { Access::Recv };
+            let region = p.buf.region().slice(0, want);
+            let mr = self.register(rail, region, access, MrUse::RndvRecv(id), out);
+            let r = self.rndv_recv.get_mut(id).expect("just inserted");
+            r.mr = Some(mr);
+            r.registering = true;
+            return;
+        }
+        self.rndv_recv_proceed(id, out);
+    }
+
+    fn rndv_recv_proceed(&mut self, id: RndvId, out: &mut Out) {
+        let read = self.rndv_recv.get(id).is_some_and(|r| r.read);
+        if read {
+            self.pump_reads(id, out);
+        } else {
+            self.grant(id, out);
+        }
+    }
+
+    pub(super) fn rndv_recv_registered(
+        &mut self,
+        id: RndvId,
+        mr: MrId,
+        result: Result<u64, i32>,
+        out: &mut Out,
+    ) {
+        let Some(r) = self.rndv_recv.get_mut(id) else {
+            self.deregister(mr, out);
+            return;
+        };
+        r.registering = false;
+        if let Err(code) = result {
+            r.failed = true;
+            let len = r.want;
+            self.count_error();
+            self.error(&format!(
+                "cannot register a receive buffer of {len} bytes: {}",
+                crate::fabric::strerror(-code)
+            ));
+            self.finish_rndv_recv(id, out);
+            return;
+        }
+        self.rndv_recv_proceed(id, out);
+    }
+
+    /// A data chunk of a rendezvous was reported.
+    pub(super) fn chunk_done(&mut self, owner: ChunkOwner, failed: bool, out: &mut Out) {
+        match owner {
+            ChunkOwner::Recv(id) => {
+                let Some(r) = self.rndv_recv.get_mut(id) else {
+                    return;
+                };
+                r.outstanding -= 1;
+                r.failed |= failed;
+                if r.read {
+                    self.pump_reads(id, out);
+                } else if r.outstanding == 0 {
+                    self.finish_rndv_recv(id, out);
+                }
+            }
+            ChunkOwner::Send(cookie) => {
+                let Some(s) = self.rndv_send.get_mut(&cookie) else {
+                    return;
+                };
+                s.outstanding -= 1;
+                s.failed |= failed;
+                if s.outstanding == 0 {
+                    let failed = s.failed;
+                    self.finish_rndv_send(cookie, failed, out);
+                }
+            }
+        }
+    }
+
+    /// Ends a receive-side rendezvous: releases the buffer, tells the
+    /// sender where it still waits, and completes the receive.
+    pub(super) fn finish_rndv_recv(&mut self, id: RndvId, out: &mut Out) {
+        let Some(r) = self.rndv_recv.remove(id) else {
+            return;
+        };
+        if let Some(mr) = r.mr {
+            self.deregister(mr, out);
+        }
+        if (r.read || !r.cts_sent) && !self.peers[r.peer.index()].lost {
+            let mut fin = self.header(Kind::Fin);
+            fin.cookie = r.cookie.0;
+            fin.status = r.failed as u32;
+            self.send_ctrl(r.peer, &fin, out);
+        }
+        let status = if r.failed {
+            Status::Failed
+        } else if r.truncated {
+            Status::Truncated
+        } else {
+            Status::Ok
+        };
+        let bytes = if r.failed { 0 } else { r.want };
+        self.recv_done(r.req, r.env, bytes, status, out);
+    }
+
+    /// Fails every rendezvous with a lost peer (now, or when its last
+    /// chunk is reported).
+    pub(super) fn rndv_fail_peer(&mut self, peer: PeerId, out: &mut Out) {
+        let sends: Vec<Cookie> = self
+            .rndv_send
+            .iter()
+            .filter(|(_, s)| s.peer == peer)
+            .map(|(&c, _)| c)
+            .collect();
+        for c in sends {
+            self.rndv_send_failed(c, out);
+        }
+        for id in self.rndv_recv.ids() {
+            let Some(r) = self.rndv_recv.get_mut(id) else {
+                continue;
+            };
+            if r.peer != peer {
+                continue;
+            }
+            r.failed = true;
+            if r.outstanding == 0 && !r.registering {
+                self.finish_rndv_recv(id, out);
+            }
+        }
+    }
+}

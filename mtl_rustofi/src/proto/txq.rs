@@ -1,0 +1,477 @@
+//! The transmit queue: bounce buffers, the operations handed to the driver,
+//! credits (the provider's queue depth), retries, and what a failure means.
+//!
+//! Every operation lives in the `ops` slab from the moment it is created
+//! until its one report (completion, error completion or rejected post) has
+//! been handled; that handling is the only place an operation is removed,
+//! so a report can never find a freed operation, and an operation can
+//! never be left behind.
+
+use super::action::{Access, Action, Event, Out, PostError, Posted, Status};
+use super::ids::{Cookie, MrId, OpId, PeerId, RailId, ReqId, RndvId, RxSlot};
+use super::Core;
+use crate::usermem::{Region, UserBuf};
+
+/// Resends of a packet that failed (a reliable provider re-establishes a
+/// broken connection) before its peer is given up.
+pub(super) const RESENDS: u8 = 3;
+
+/// A transmit bounce buffer and its registration (FI_MR_LOCAL rails).
+pub(super) struct TxBuf {
+    pub(super) mem: Box<[u8]>,
+    pub(super) mr: Option<MrId>,
+}
+
+impl TxBuf {
+    pub(super) fn region(&self, len: usize) -> Region {
+        Region {
+            addr: self.mem.as_ptr() as usize,
+            len,
+        }
+    }
+}
+
+/// What a registration is for; consulted when the driver reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum MrUse {
+    /// A pool bounce buffer (lives as long as the buffer).
+    TxBuf,
+    /// A pool bounce buffer whose registration failed: sends from it fail.
+    Failed,
+    /// The user buffer of a rendezvous send.
+    RndvSend(Cookie),
+    /// The user buffer of a rendezvous receive.
+    RndvRecv(RndvId),
+}
+
+/// What the outcome of a packet means beyond freeing its buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum AfterSend {
+    Nothing,
+    /// A zero-copy eager send: the request completes with the transmit.
+    Complete(ReqId),
+    /// A synchronous eager send (completes on the receiver's ack; a lost
+    /// packet fails it).
+    Sync(Cookie),
+    /// The RTS of a rendezvous send.
+    Rts(Cookie),
+}
+
+/// A packet: header(s) and, for copied eager sends, payload in `buf`.
+pub(super) struct Packet {
+    pub(super) rail: RailId,
+    pub(super) peer: PeerId,
+    pub(super) buf: TxBuf,
+    pub(super) len: usize,
+    /// Zero-copy payload sent from the user's buffer after `buf`.
+    pub(super) payload: Option<UserBuf>,
+    pub(super) then: AfterSend,
+    pub(super) resends_left: u8,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ChunkKind {
+    Read,
+    TaggedSend,
+    TaggedRecv,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ChunkOwner {
+    Recv(RndvId),
+    Send(Cookie),
+}
+
+/// One piece of rendezvous data.
+pub(super) struct Chunk {
+    pub(super) rail: RailId,
+    pub(super) peer: PeerId,
+    pub(super) owner: ChunkOwner,
+    pub(super) kind: ChunkKind,
+    pub(super) local: Region,
+    pub(super) mr: Option<MrId>,
+    /// Read: the remote address; tagged: the tag.
+    pub(super) remote: u64,
+    /// Read: the RMA key.
+    pub(super) key: u64,
+}
+
+pub(super) enum Op {
+    Packet(Packet),
+    Chunk(Chunk),
+}
+
+impl Op {
+    fn rail(&self) -> RailId {
+        match self {
+            Op::Packet(p) => p.rail,
+            Op::Chunk(c) => c.rail,
+        }
+    }
+}
+
+impl Core {
+    /// A free bounce buffer of the rail, made (and registered where the
+    /// rail needs it) if the pool is empty.
+    pub(super) fn take_tx(&mut self, rail: RailId, out: &mut Out) -> TxBuf {
+        let r = &mut self.rails[rail.index()];
+        if let Some(b) = r.tx_free.pop() {
+            return b;
+        }
+        r.tx_total += 1;
+        let mem = vec![0u8; r.profile.buf_size].into_boxed_slice();
+        let mut b = TxBuf { mem, mr: None };
+        if r.profile.mr_local {
+            let region = b.region(b.mem.len());
+            b.mr = Some(self.register(rail, region, Access::Send, MrUse::TxBuf, out));
+        }
+        b
+    }
+
+    /// Returns a bounce buffer to the pool. Bursts beyond the provider's
+    /// queue depth grow the pool (each queued eager send holds its copy);
+    /// the excess is freed again as the burst drains.
+    pub(super) fn recycle_tx(&mut self, rail: RailId, b: TxBuf, out: &mut Out) {
+        let r = &mut self.rails[rail.index()];
+        if r.tx_free.len() < r.profile.tx_depth.max(256) {
+            r.tx_free.push(b);
+            return;
+        }
+        r.tx_total -= 1;
+        if let Some(mr) = b.mr {
+            self.deregister(mr, out);
+            // The driver releases the registration before the next input,
+            // when the memory is freed.
+            self.retired.push(b.mem);
+        }
+    }
+
+    /// Asks for a registration and notes what it is for.
+    pub(super) fn register(
+        &mut self,
+        rail: RailId,
+        region: Region,
+        access: Access,
+        what: MrUse,
+        out: &mut Out,
+    ) -> MrId {
+        let requested_key = if self.rails[rail.index()].profile.mr_prov_key {
+            0
+        } else {
+            self.next_key += 1;
+            self.next_key
+        };
+        let mr = self.mrs.insert(what);
+        out.actions.push(Action::Register {
+            mr,
+            rail,
+            region,
+            access,
+            requested_key,
+        });
+        mr
+    }
+
+    pub(super) fn deregister(&mut self, mr: MrId, out: &mut Out) {
+        if self.mrs.remove(mr).is_some() {
+            out.actions.push(Action::Deregister { mr });
+        }
+    }
+
+    /// The driver's answer to a `Register` action: the key on success.
+    pub fn on_registered(&mut self, mr: MrId, result: Result<u64, i32>, out: &mut Out) {
+        let Some(&what) = self.mrs.get(mr) else {
+            return;
+        };
+        match (what, result) {
+            (MrUse::TxBuf, Ok(_)) | (MrUse::Failed, _) => {}
+            (MrUse::TxBuf, Err(code)) => {
+                self.count_error();
+                self.error(&format!(
+                    "cannot register a bounce buffer: {}",
+                    crate::fabric::strerror(-code)
+                ));
+                // Sends from this buffer fail (and are handled as failed
+                // posts); the id stays so that its release is reported.
+                if let Some(u) = self.mrs.get_mut(mr) {
+                    *u = MrUse::Failed;
+                }
+            }
+            (MrUse::RndvSend(cookie), r) => self.rndv_send_registered(cookie, mr, r, out),
+            (MrUse::RndvRecv(id), r) => self.rndv_recv_registered(id, mr, r, out),
+        }
+    }
+
+    /// Queues a new operation for the driver: it is handed over at once
+    /// when a credit is free and nothing waits before it.
+    pub(super) fn submit_op(&mut self, op: Op, out: &mut Out) -> OpId {
+        let rail = op.rail();
+        let id = self.ops.insert(op);
+        let r = &mut self.rails[rail.index()];
+        if !r.retry.is_empty() || r.inflight >= r.profile.tx_depth {
+            r.retry.push_back(id);
+        } else {
+            r.inflight += 1;
+            self.emit(id, out);
+        }
+        id
+    }
+
+    fn emit(&mut self, id: OpId, out: &mut Out) {
+        let op = self.ops.get(id).expect("emitted operations are live");
+        let a = match op {
+            Op::Packet(p) => {
+                let dest = self.peers[p.peer.index()].addr;
+                Action::Send {
+                    op: id,
+                    rail: p.rail,
+                    dest,
+                    head: p.buf.region(p.len),
+                    mr: p.buf.mr,
+                    payload: p.payload.map(|u| u.region()),
+                }
+            }
+            Op::Chunk(c) => {
+                let addr = self.peers[c.peer.index()].addr;
+                match c.kind {
+                    ChunkKind::Read => Action::Read {
+                        op: id,
+                        rail: c.rail,
+                        src: addr,
+                        local: c.local,
+                        mr: c.mr,
+                        remote_addr: c.remote,
+                        key: c.key,
+                    },
+                    ChunkKind::TaggedSend => Action::TaggedSend {
+                        op: id,
+                        rail: c.rail,
+                        dest: addr,
+                        local: c.local,
+                        mr: c.mr,
+                        tag: c.remote,
+                    },
+                    ChunkKind::TaggedRecv => Action::TaggedRecv {
+                        op: id,
+                        rail: c.rail,
+                        src: addr,
+                        local: c.local,
+                        mr: c.mr,
+                        tag: c.remote,
+                    },
+                }
+            }
+        };
+        out.actions.push(a);
+    }
+
+    /// Hands queued operations and receive posts to the driver while
+    /// credits last.
+    pub(super) fn run_retries(&mut self, out: &mut Out) {
+        for rail in 0..self.rails.len() {
+            let r = &mut self.rails[rail];
+            while let Some(slot) = r.rx_retry.pop_front() {
+                out.actions.push(Action::PostRecv {
+                    rail: RailId(rail as u8),
+                    slot,
+                });
+            }
+            loop {
+                let r = &mut self.rails[rail];
+                if r.inflight >= r.profile.tx_depth {
+                    break;
+                }
+                let Some(id) = r.retry.pop_front() else {
+                    break;
+                };
+                r.inflight += 1;
+                self.emit(id, out);
+            }
+        }
+    }
+
+    /// The driver could not post an operation or a receive buffer.
+    pub fn on_post_failed(&mut self, what: Posted, err: PostError, out: &mut Out) {
+        self.begin();
+        match (what, err) {
+            (Posted::Rx(rail, slot), PostError::Again) => {
+                self.rails[rail.index()].rx_retry.push_back(slot);
+            }
+            (Posted::Rx(rail, slot), PostError::Hard(code)) => {
+                self.count_error();
+                self.error(&format!(
+                    "could not post a receive buffer on {}: {}; retrying at the next progress",
+                    self.rails[rail.index()].profile.provider,
+                    crate::fabric::strerror(-code)
+                ));
+                self.rails[rail.index()].rx_retry.push_back(slot);
+            }
+            (Posted::Op(id), PostError::Again) => {
+                let Some(op) = self.ops.get(id) else { return };
+                let r = &mut self.rails[op.rail().index()];
+                r.inflight -= 1;
+                r.retry.push_back(id);
+            }
+            (Posted::Op(id), PostError::Hard(code)) => {
+                let why = crate::fabric::strerror(-code);
+                self.op_failed(id, &why, out);
+            }
+        }
+    }
+
+    /// An operation completed successfully.
+    pub fn on_complete(&mut self, id: OpId, out: &mut Out) {
+        self.begin();
+        let Some(op) = self.ops.remove(id) else {
+            self.error("completion for an unknown operation");
+            return;
+        };
+        self.rails[op.rail().index()].inflight -= 1;
+        match op {
+            Op::Packet(p) => {
+                if let AfterSend::Complete(req) = p.then {
+                    out.events.push(Event::Send {
+                        req,
+                        status: Status::Ok,
+                    });
+                }
+                self.packet_done(p, out);
+            }
+            Op::Chunk(c) => self.chunk_done(c.owner, false, out),
+        }
+    }
+
+    /// An operation completed with an error.
+    pub fn on_error(&mut self, id: OpId, why: &str, out: &mut Out) {
+        self.begin();
+        self.op_failed(id, why, out);
+    }
+
+    /// A posted operation failed (error completion or rejected post): the
+    /// single place where a failure is counted and acted on.
+    fn op_failed(&mut self, id: OpId, why: &str, out: &mut Out) {
+        let Some(op) = self.ops.get_mut(id) else {
+            self.error(&format!("error for an unknown operation: {why}"));
+            return;
+        };
+        let rail = op.rail();
+        let resend = match op {
+            Op::Packet(p) if p.resends_left > 0 => {
+                p.resends_left -= 1;
+                Some((p.resends_left, p.peer))
+            }
+            _ => None,
+        };
+        self.rails[rail.index()].inflight -= 1;
+        self.count_error();
+        if let Some((left, peer)) = resend {
+            if !self.peers[peer.index()].lost {
+                self.error(&format!(
+                    "packet send failed: {why}; resending ({} attempts left)",
+                    left + 1
+                ));
+                self.rails[rail.index()].retry.push_back(id);
+                return;
+            }
+        }
+        match self.ops.remove(id).expect("checked above") {
+            Op::Packet(p) => {
+                let peer = p.peer;
+                self.error(&format!("send of {} bytes failed for good: {why}", p.len));
+                match p.then {
+                    AfterSend::Nothing => {}
+                    AfterSend::Complete(req) => out.events.push(Event::Send {
+                        req,
+                        status: Status::Failed,
+                    }),
+                    AfterSend::Sync(cookie) => {
+                        if let Some((req, _)) = self.sync_wait.remove(&cookie) {
+                            out.events.push(Event::Send {
+                                req,
+                                status: Status::Failed,
+                            });
+                        }
+                    }
+                    AfterSend::Rts(cookie) => self.rndv_send_failed(cookie, out),
+                }
+                self.packet_done(p, out);
+                // The packet may have held a sequence number the peer waits
+                // for, or a control message a rendezvous waits for: nothing
+                // more can be exchanged with that peer in order.
+                self.peer_lost(peer, out);
+            }
+            Op::Chunk(c) => {
+                self.error(&format!(
+                    "rendezvous {:?} of {} bytes failed: {why}",
+                    c.kind, c.local.len
+                ));
+                self.chunk_done(c.owner, true, out);
+            }
+        }
+    }
+
+    fn packet_done(&mut self, p: Packet, out: &mut Out) {
+        let peer = &mut self.peers[p.peer.index()];
+        peer.inflight = peer.inflight.saturating_sub(1);
+        self.recycle_tx(p.rail, p.buf, out);
+    }
+
+    /// Sends a packet already written into `buf` (`len` bytes) to `peer`.
+    pub(super) fn send_packet(
+        &mut self,
+        peer: PeerId,
+        buf: TxBuf,
+        len: usize,
+        payload: Option<UserBuf>,
+        then: AfterSend,
+        out: &mut Out,
+    ) {
+        let p = &mut self.peers[peer.index()];
+        p.inflight += 1;
+        let rail = p.rail;
+        self.submit_op(
+            Op::Packet(Packet {
+                rail,
+                peer,
+                buf,
+                len,
+                payload,
+                then,
+                resends_left: RESENDS,
+            }),
+            out,
+        );
+    }
+
+    /// Sends a control packet (header only).
+    pub(super) fn send_ctrl(&mut self, peer: PeerId, hdr: &crate::wire::Header, out: &mut Out) {
+        let rail = self.peers[peer.index()].rail;
+        let mut b = self.take_tx(rail, out);
+        let n = hdr.encode(&mut b.mem);
+        self.send_packet(peer, b, n, None, AfterSend::Nothing, out);
+    }
+
+    /// A receive buffer's packet was handled: post it again.
+    pub(super) fn repost_rx(&mut self, rail: RailId, slot: RxSlot, out: &mut Out) {
+        out.actions.push(Action::PostRecv { rail, slot });
+    }
+
+    /// A posted receive buffer completed with an error (`canceled`: the
+    /// endpoint is closing, the buffer is not reposted).
+    pub fn on_rx_error(
+        &mut self,
+        rail: RailId,
+        slot: RxSlot,
+        canceled: bool,
+        why: &str,
+        out: &mut Out,
+    ) {
+        self.begin();
+        if canceled {
+            return;
+        }
+        self.count_error();
+        self.error(&format!("receive failed: {why}"));
+        self.repost_rx(rail, slot, out);
+    }
+}

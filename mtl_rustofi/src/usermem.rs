@@ -1,0 +1,140 @@
+//! User buffers: the memory of an MPI request, seen by the protocol core.
+//!
+//! The core copies eager payloads into and out of user buffers and hands
+//! their address ranges to the driver for zero-copy sends, reads and tagged
+//! transfers. All of that goes through the types here, so the promise that
+//! makes it sound is made once, where a buffer enters Rust: a [`UserBuf`]
+//! can only be made by `unsafe` [`UserBuf::new`], whose caller guarantees
+//! that the memory stays valid (readable, and writable for receives) until
+//! the request it belongs to completes. The core drops every `UserBuf` of a
+//! request before it reports that request's completion.
+
+use std::ptr;
+
+/// An address range handed to a driver (which may dereference it) or
+/// published to a peer (as an RMA target). Plain data: holding one grants
+/// no access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub addr: usize,
+    pub len: usize,
+}
+
+impl Region {
+    pub const EMPTY: Region = Region { addr: 0, len: 0 };
+
+    /// The part of this region from `off`, at most `len` bytes.
+    pub fn slice(self, off: usize, len: usize) -> Region {
+        let off = off.min(self.len);
+        Region {
+            addr: self.addr + off,
+            len: len.min(self.len - off),
+        }
+    }
+
+    /// Whether `inner` lies wholly within this region.
+    pub fn contains(self, inner: Region) -> bool {
+        inner.addr >= self.addr
+            && inner
+                .addr
+                .checked_add(inner.len)
+                .is_some_and(|end| end <= self.addr + self.len)
+    }
+}
+
+/// The buffer of a live MPI request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a UserBuf is only a promise about memory of a live request; it is
+// used by whichever thread holds the progress token (one at a time).
+unsafe impl Send for UserBuf {}
+
+impl UserBuf {
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes (and for writes, if the
+    /// buffer receives) until the request it belongs to completes, and no
+    /// one else may write it meanwhile. `ptr` may be null or dangling only
+    /// if `len` is 0.
+    pub unsafe fn new(ptr: *mut u8, len: usize) -> UserBuf {
+        UserBuf { ptr, len }
+    }
+
+    /// A buffer of no bytes.
+    pub fn empty() -> UserBuf {
+        UserBuf {
+            ptr: ptr::null_mut(),
+            len: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn region(&self) -> Region {
+        Region {
+            addr: self.ptr as usize,
+            len: self.len,
+        }
+    }
+
+    /// Copies `src` to the start of the buffer, clipped to its length;
+    /// returns the bytes copied.
+    pub fn write(&self, src: &[u8]) -> usize {
+        let n = src.len().min(self.len);
+        if n > 0 {
+            // SAFETY: `new`'s contract makes `ptr` writable for `len >= n`
+            // bytes while the request lives, and `src` is a distinct Rust
+            // slice (the core never hands a user buffer out as a slice).
+            unsafe { ptr::copy_nonoverlapping(src.as_ptr(), self.ptr, n) };
+        }
+        n
+    }
+
+    /// Copies the whole buffer into the front of `dst`. Panics if `dst` is
+    /// shorter than the buffer.
+    pub fn read_into(&self, dst: &mut [u8]) {
+        let dst = &mut dst[..self.len];
+        if self.len > 0 {
+            // SAFETY: `new`'s contract makes `ptr` readable for `len` bytes;
+            // `dst` is a distinct `len`-byte slice of our own memory.
+            unsafe { ptr::copy_nonoverlapping(self.ptr, dst.as_mut_ptr(), self.len) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_clips_and_read_copies() {
+        let mut mem = vec![0u8; 4];
+        // SAFETY: `mem` outlives `b` and is not touched while `b` is used.
+        let b = unsafe { UserBuf::new(mem.as_mut_ptr(), mem.len()) };
+        assert_eq!(b.write(&[1, 2, 3, 4, 5, 6]), 4);
+        let mut out = [0u8; 6];
+        b.read_into(&mut out);
+        assert_eq!(out, [1, 2, 3, 4, 0, 0]);
+        assert_eq!(mem, [1, 2, 3, 4]);
+        assert!(UserBuf::empty().is_empty());
+    }
+
+    #[test]
+    fn regions_slice_and_contain() {
+        let r = Region { addr: 100, len: 50 };
+        assert_eq!(r.slice(10, 20), Region { addr: 110, len: 20 });
+        assert_eq!(r.slice(40, 20), Region { addr: 140, len: 10 });
+        assert!(r.contains(Region { addr: 120, len: 30 }));
+        assert!(!r.contains(Region { addr: 120, len: 31 }));
+        assert!(!r.contains(Region { addr: 99, len: 1 }));
+    }
+}
