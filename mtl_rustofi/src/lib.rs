@@ -11,9 +11,11 @@
 //!   bindings).
 
 pub mod config;
+pub mod driver;
 pub mod engine;
 pub mod fabric;
 pub mod ffi;
+pub mod handoff;
 pub mod inbox;
 pub mod log;
 pub mod matching;

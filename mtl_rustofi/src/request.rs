@@ -8,7 +8,10 @@
 
 use crate::inbox::Linked;
 use crate::matching::Selector;
+use crate::proto::ids::{MsgId, ReqId};
+use crate::proto::ProbeInfo;
 use crate::sync::{AtomicBool, AtomicPtr, Ordering};
+use crate::usermem::UserBuf;
 use std::os::raw::c_void;
 
 /// Mirror of Open MPI's `mca_mtl_request_t` (checked by a static assertion
@@ -39,23 +42,27 @@ pub struct RustofiReqHead {
 pub struct ReqState {
     /// Ticket of a queued receive in the matcher, or `NO_POST`.
     pub post_id: u64,
-    /// Receive buffer (or send source) and its size in bytes.
-    pub buf: *mut u8,
-    pub cap: usize,
     /// The command that starts this request, queued in the engine's inbox.
     pub cmd: Cmd,
 }
 
-/// An opaque unexpected message taken by a matched probe.
+/// An unexpected message taken by a matched probe, as the shim holds it:
+/// the core's message id plus one (never null).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MessageHandle(pub *mut c_void);
 
-/// What a probe reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProbeInfo {
-    pub src: i32,
-    pub tag: i32,
-    pub len: u64,
+impl MessageHandle {
+    pub fn from_id(id: MsgId) -> MessageHandle {
+        MessageHandle((id.0 as usize + 1) as *mut c_void)
+    }
+
+    /// The message id, or None for a handle this engine never made.
+    pub fn id(self) -> Option<MsgId> {
+        (self.0 as usize)
+            .checked_sub(1)
+            .and_then(|i| u32::try_from(i).ok())
+            .map(MsgId)
+    }
 }
 
 /// Work handed to the engine. Applied by whichever thread holds the
@@ -63,19 +70,23 @@ pub struct ProbeInfo {
 #[derive(Clone, Copy, Debug)]
 pub enum Op {
     Send {
+        /// The shim's peer handle (index + 1).
         peer: usize,
         ctx: u32,
         src: i32,
         tag: i32,
         sync: bool,
+        buf: UserBuf,
         req: ReqPtr,
     },
     Recv {
         sel: Selector,
+        buf: UserBuf,
         req: ReqPtr,
     },
     Mrecv {
         msg: MessageHandle,
+        buf: UserBuf,
         req: ReqPtr,
     },
     Cancel {
@@ -126,13 +137,6 @@ impl Cmd {
 
 pub const NO_POST: u64 = u64::MAX;
 
-/// A request's buffer.
-#[derive(Clone, Copy)]
-pub struct Buffer {
-    pub buf: *mut u8,
-    pub cap: usize,
-}
-
 #[repr(C)]
 pub struct Request {
     pub head: RustofiReqHead,
@@ -153,20 +157,23 @@ pub struct ReqPtr(pub *mut Request);
 unsafe impl Send for ReqPtr {}
 
 impl ReqPtr {
+    /// The core's opaque name of this request.
+    pub fn id(self) -> ReqId {
+        ReqId(self.0 as usize)
+    }
+
     /// Initialises the Rust state of a request at the start of an operation.
     ///
     /// # Safety
     /// `self.0` must point at a live request of at least
     /// `size_of::<Request>()` bytes.
-    pub unsafe fn init(self, buf: *mut u8, cap: usize, op: Op) -> *mut Cmd {
+    pub unsafe fn init(self, op: Op) -> *mut Cmd {
         // SAFETY: per the function contract; `st` has no destructor, so
         // writing over uninitialised or stale memory is fine.
         unsafe {
             let st = std::ptr::addr_of_mut!((*self.0).st);
             st.write(ReqState {
                 post_id: NO_POST,
-                buf,
-                cap,
                 cmd: Cmd::new(op),
             });
             std::ptr::addr_of_mut!((*st).cmd)
@@ -176,17 +183,6 @@ impl ReqPtr {
     /// # Safety
     /// The request must have been initialised with `init` and the caller
     /// must hold the progress token.
-    pub unsafe fn buffer(self) -> Buffer {
-        // SAFETY: per the function contract.
-        let st = unsafe { &(*self.0).st };
-        Buffer {
-            buf: st.buf,
-            cap: st.cap,
-        }
-    }
-
-    /// # Safety
-    /// As for `buffer`.
     pub unsafe fn st(self) -> &'static mut ReqState {
         // SAFETY: per the function contract.
         unsafe { &mut (*self.0).st }

@@ -35,6 +35,7 @@ mod rndv_send;
 mod txq;
 
 pub use action::{Access, Action, Event, Out, PostError, Posted, Status};
+pub use eager::SendArgs;
 pub use recv::ProbeInfo;
 
 use crate::config::Fault;

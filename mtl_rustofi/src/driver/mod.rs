@@ -1,0 +1,608 @@
+//! The libfabric driver: executes the protocol core's actions on real
+//! endpoints and feeds every outcome back to it. Besides the libfabric
+//! wrappers in [`crate::fabric`], this is the only module that calls into
+//! libfabric (`sys`).
+//!
+//! It owns what the provider touches: the endpoints, the receive bounce
+//! buffers, one `fi_context2` per operation id, and the registrations the
+//! core asked for. The core owns the transmit bounce buffers and names
+//! them (and user buffers) by address range; those stay valid until the
+//! operation is reported back, which is the core's side of the contract.
+
+mod rail;
+
+pub use rail::Caps;
+
+use crate::config::{RndvProtocol, Settings};
+use crate::engine::EngineError;
+use crate::fabric::{strerror, CqEntry, FiError, InfoList, MemoryRegion};
+use crate::proto::ids::{FiAddr, MrId, OpId, RailId, RxSlot};
+use crate::proto::{Access, Action, Core, Out, PostError, Posted, RailProfile};
+use crate::sys;
+use crate::usermem::Region;
+use crate::wire::RailKind;
+use rail::FabricRail;
+use std::os::raw::c_void;
+use std::ptr;
+
+/// The context of every posted operation: libfabric's scratch space first
+/// (FI_CONTEXT2), then what the completion refers to. repr(C) so that the
+/// context pointer a completion returns leads back to it.
+#[repr(C)]
+struct OpCtx {
+    fi: sys::fi_context2,
+    what: Posted,
+}
+
+impl OpCtx {
+    fn boxed(what: Posted) -> Box<OpCtx> {
+        Box::new(OpCtx {
+            fi: Default::default(),
+            what,
+        })
+    }
+}
+
+/// A receive bounce buffer. Its context and memory are boxed: the provider
+/// holds their addresses while the buffer is posted.
+struct RxBuf {
+    ctx: Box<OpCtx>,
+    mem: Box<[u8]>,
+    mr: Option<MemoryRegion>,
+}
+
+const EAGAIN: isize = -(sys::FI_EAGAIN as isize);
+
+fn posted(ret: isize) -> Result<(), PostError> {
+    match ret {
+        0 => Ok(()),
+        EAGAIN => Err(PostError::Again),
+        r => Err(PostError::Hard(r as i32)),
+    }
+}
+
+pub struct Driver {
+    rails: Vec<FabricRail>,
+    rx: Vec<Vec<RxBuf>>,
+    /// Contexts of transmit-side operations, indexed by [`OpId`]; boxed so
+    /// they never move while posted.
+    #[allow(clippy::vec_box)]
+    op_ctx: Vec<Box<OpCtx>>,
+    /// Registrations the core asked for, indexed by [`MrId`].
+    mrs: Vec<Option<MemoryRegion>>,
+    scratch: Vec<CqEntry>,
+}
+
+impl Driver {
+    /// Opens the network provider at `index` of `list` and, if `shm` names
+    /// an entry, the shm provider beside it for same-host peers. A shm rail
+    /// that cannot be opened is reported and left out unless `shm_required`.
+    pub fn open(
+        list: &InfoList,
+        index: usize,
+        shm: Option<usize>,
+        shm_required: bool,
+        settings: &Settings,
+    ) -> Result<Driver, EngineError> {
+        let net = FabricRail::open(list, index, RailKind::Net, settings, settings.rndv)?;
+        let mut rails = vec![net];
+        if let Some(i) = shm {
+            // The shm rail reads when it can, unless the user asked for the
+            // send protocol everywhere.
+            let rndv = match settings.rndv {
+                RndvProtocol::Send => RndvProtocol::Send,
+                _ => RndvProtocol::Auto,
+            };
+            match FabricRail::open(list, i, RailKind::Shm, settings, rndv) {
+                Ok(r) => rails.push(r),
+                Err(e) if shm_required => {
+                    return Err(EngineError(format!(
+                        "mtl_rustofi_shm = on, but the shm provider cannot be opened: {}",
+                        e.0
+                    )))
+                }
+                Err(e) => crate::log::error(&format!(
+                    "the shm provider cannot be opened ({}); same-host peers use {} \
+                     (set mtl_rustofi_shm = off to silence this)",
+                    e.0, rails[0].profile.provider
+                )),
+            }
+        }
+        let mut rx = Vec::with_capacity(rails.len());
+        for (r, rl) in rails.iter().enumerate() {
+            let mut bufs = Vec::with_capacity(rl.profile.rx_count);
+            for s in 0..rl.profile.rx_count {
+                let mem = vec![0u8; rl.profile.buf_size].into_boxed_slice();
+                let mr = if rl.profile.mr_local {
+                    // SAFETY: the buffer is owned by the driver and dropped
+                    // after its registration (fields drop in order).
+                    Some(unsafe {
+                        MemoryRegion::register(
+                            &rl.domain,
+                            mem.as_ptr(),
+                            mem.len(),
+                            sys::FI_RECV as u64,
+                            0,
+                            rl.caps.mr_endpoint.then(|| rl.ep()),
+                        )
+                    }?)
+                } else {
+                    None
+                };
+                bufs.push(RxBuf {
+                    ctx: OpCtx::boxed(Posted::Rx(RailId(r as u8), RxSlot(s as u32))),
+                    mem,
+                    mr,
+                });
+            }
+            rx.push(bufs);
+        }
+        Ok(Driver {
+            rails,
+            rx,
+            op_ctx: Vec::new(),
+            mrs: Vec::new(),
+            scratch: vec![CqEntry::default(); 64],
+        })
+    }
+
+    pub fn profiles(&self) -> Vec<RailProfile> {
+        self.rails.iter().map(|r| r.profile.clone()).collect()
+    }
+
+    pub fn caps(&self, rail: RailId) -> Caps {
+        self.rails[rail.index()].caps
+    }
+
+    pub fn rail_of_kind(&self, kind: RailKind) -> Option<RailId> {
+        self.rails
+            .iter()
+            .position(|r| r.profile.kind == kind)
+            .map(|i| RailId(i as u8))
+    }
+
+    /// The endpoint addresses of every rail, for the modex.
+    pub fn names(&self) -> Result<Vec<(RailKind, usize, Vec<u8>)>, FiError> {
+        self.rails
+            .iter()
+            .map(|r| {
+                Ok((
+                    r.profile.kind,
+                    r.profile.buf_size - crate::wire::BASE_LEN,
+                    r.ep().name()?,
+                ))
+            })
+            .collect()
+    }
+
+    /// Inserts a peer's published address into a rail's address vector.
+    pub fn insert_peer(&self, rail: RailId, name: &[u8]) -> Result<FiAddr, FiError> {
+        self.rails[rail.index()].av.insert(name).map(FiAddr)
+    }
+
+    /// Executes the first receive posts; a hard failure here fails the
+    /// open (nothing has been exchanged yet).
+    pub fn start(&mut self, core: &mut Core, out: &mut Out) -> Result<(), EngineError> {
+        core.start(out);
+        let actions = std::mem::take(&mut out.actions);
+        for a in actions {
+            if let Action::PostRecv { rail, slot } = a {
+                match self.post_recv(rail, slot) {
+                    Ok(()) => {}
+                    Err(PostError::Again) => {
+                        core.on_post_failed(Posted::Rx(rail, slot), PostError::Again, out)
+                    }
+                    Err(PostError::Hard(code)) => {
+                        return Err(EngineError(format!(
+                            "fi_recv on {} failed: {}",
+                            self.rails[rail.index()].profile.provider,
+                            strerror(-code)
+                        )))
+                    }
+                }
+            }
+        }
+        // Receive posts the provider could not take yet are retried at
+        // the first progress call.
+        out.actions.clear();
+        Ok(())
+    }
+
+    /// Executes the core's actions in order; every failure to post, and
+    /// every registration, is reported back at once (which may queue more
+    /// actions, executed in the same pass).
+    pub fn execute(&mut self, core: &mut Core, out: &mut Out) {
+        let mut i = 0;
+        while i < out.actions.len() {
+            let a = out.actions[i];
+            i += 1;
+            let (what, r) = match a {
+                Action::PostRecv { rail, slot } => {
+                    (Posted::Rx(rail, slot), self.post_recv(rail, slot))
+                }
+                Action::Send {
+                    op,
+                    rail,
+                    dest,
+                    head,
+                    mr,
+                    payload,
+                } => (Posted::Op(op), self.send(op, rail, dest, head, mr, payload)),
+                Action::Read {
+                    op,
+                    rail,
+                    src,
+                    local,
+                    mr,
+                    remote_addr,
+                    key,
+                } => (
+                    Posted::Op(op),
+                    self.read(op, rail, src, local, mr, remote_addr, key),
+                ),
+                Action::TaggedSend {
+                    op,
+                    rail,
+                    dest,
+                    local,
+                    mr,
+                    tag,
+                } => (
+                    Posted::Op(op),
+                    self.tagged(op, rail, dest, local, mr, tag, true),
+                ),
+                Action::TaggedRecv {
+                    op,
+                    rail,
+                    src,
+                    local,
+                    mr,
+                    tag,
+                } => (
+                    Posted::Op(op),
+                    self.tagged(op, rail, src, local, mr, tag, false),
+                ),
+                Action::Register {
+                    mr,
+                    rail,
+                    region,
+                    access,
+                    requested_key,
+                } => {
+                    let r = self.register(mr, rail, region, access, requested_key);
+                    core.on_registered(mr, r, out);
+                    continue;
+                }
+                Action::Deregister { mr } => {
+                    if let Some(slot) = self.mrs.get_mut(mr.0 as usize) {
+                        *slot = None;
+                    }
+                    continue;
+                }
+            };
+            if let Err(e) = r {
+                core.on_post_failed(what, e, out);
+            }
+        }
+        out.actions.clear();
+    }
+
+    fn ctx(&mut self, op: OpId) -> *mut c_void {
+        let i = op.0 as usize;
+        while self.op_ctx.len() <= i {
+            let next = OpId(self.op_ctx.len() as u32);
+            self.op_ctx.push(OpCtx::boxed(Posted::Op(next)));
+        }
+        &mut *self.op_ctx[i] as *mut OpCtx as *mut c_void
+    }
+
+    /// The descriptor of a registration the core named; an unknown one
+    /// (its registration failed) fails the post.
+    fn desc(&self, mr: Option<MrId>) -> Result<*mut c_void, PostError> {
+        match mr {
+            None => Ok(ptr::null_mut()),
+            Some(m) => self
+                .mrs
+                .get(m.0 as usize)
+                .and_then(Option::as_ref)
+                .map(MemoryRegion::desc)
+                .ok_or(PostError::Hard(-(sys::FI_EINVAL as i32))),
+        }
+    }
+
+    fn post_recv(&mut self, rail: RailId, slot: RxSlot) -> Result<(), PostError> {
+        let ep = self.rails[rail.index()].ep().raw();
+        let b = &mut self.rx[rail.index()][slot.0 as usize];
+        let desc = b.mr.as_ref().map_or(ptr::null_mut(), |m| m.desc());
+        // SAFETY: the buffer and its context are boxed and owned by the
+        // driver until after the endpoint is closed (Driver::close).
+        posted(unsafe {
+            sys::fi_recv(
+                ep,
+                b.mem.as_mut_ptr() as *mut c_void,
+                b.mem.len(),
+                desc,
+                u64::MAX,
+                &mut *b.ctx as *mut OpCtx as *mut c_void,
+            )
+        })
+    }
+
+    fn send(
+        &mut self,
+        op: OpId,
+        rail: RailId,
+        dest: FiAddr,
+        head: Region,
+        mr: Option<MrId>,
+        payload: Option<Region>,
+    ) -> Result<(), PostError> {
+        let desc = self.desc(mr)?;
+        let ctx = self.ctx(op);
+        let ep = self.rails[rail.index()].ep().raw();
+        if let Some(p) = payload {
+            let iov = [
+                libc::iovec {
+                    iov_base: head.addr as *mut c_void,
+                    iov_len: head.len,
+                },
+                libc::iovec {
+                    iov_base: p.addr as *mut c_void,
+                    iov_len: p.len,
+                },
+            ];
+            // The core sends from user buffers only on rails without
+            // FI_MR_LOCAL, so the payload needs no descriptor.
+            let mut descs = [desc, ptr::null_mut()];
+            // SAFETY: the header lives in the core's bounce buffer and the
+            // payload in the user's send buffer, both valid until this
+            // operation is reported (the core's contract); the provider
+            // copies the iov array itself.
+            return posted(unsafe {
+                sys::fi_sendv(
+                    ep,
+                    iov.as_ptr() as *const sys::iovec,
+                    descs.as_mut_ptr(),
+                    2,
+                    dest.0,
+                    ctx,
+                )
+            });
+        }
+        // SAFETY: the packet lives in the core's bounce buffer until this
+        // operation is reported; the context is boxed by the driver.
+        posted(unsafe { sys::fi_send(ep, head.addr as *const c_void, head.len, desc, dest.0, ctx) })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn read(
+        &mut self,
+        op: OpId,
+        rail: RailId,
+        src: FiAddr,
+        local: Region,
+        mr: Option<MrId>,
+        remote_addr: u64,
+        key: u64,
+    ) -> Result<(), PostError> {
+        let desc = self.desc(mr)?;
+        let ctx = self.ctx(op);
+        let ep = self.rails[rail.index()].ep().raw();
+        // SAFETY: `local` lies in a matched receive buffer, valid until the
+        // operation is reported (the core's contract).
+        posted(unsafe {
+            sys::fi_read(
+                ep,
+                local.addr as *mut c_void,
+                local.len,
+                desc,
+                src.0,
+                remote_addr,
+                key,
+                ctx,
+            )
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn tagged(
+        &mut self,
+        op: OpId,
+        rail: RailId,
+        peer: FiAddr,
+        local: Region,
+        mr: Option<MrId>,
+        tag: u64,
+        send: bool,
+    ) -> Result<(), PostError> {
+        let desc = self.desc(mr)?;
+        let ctx = self.ctx(op);
+        let ep = self.rails[rail.index()].ep().raw();
+        posted(if send {
+            // SAFETY: `local` lies in the user's send buffer, valid until
+            // the operation is reported.
+            unsafe {
+                sys::fi_tsend(
+                    ep,
+                    local.addr as *const c_void,
+                    local.len,
+                    desc,
+                    peer.0,
+                    tag,
+                    ctx,
+                )
+            }
+        } else {
+            // SAFETY: `local` lies in a matched receive buffer, valid until
+            // the operation is reported.
+            unsafe {
+                sys::fi_trecv(
+                    ep,
+                    local.addr as *mut c_void,
+                    local.len,
+                    desc,
+                    peer.0,
+                    tag,
+                    0,
+                    ctx,
+                )
+            }
+        })
+    }
+
+    fn register(
+        &mut self,
+        mr: MrId,
+        rail: RailId,
+        region: Region,
+        access: Access,
+        requested_key: u64,
+    ) -> Result<u64, i32> {
+        let rl = &self.rails[rail.index()];
+        let access = match access {
+            Access::Send => sys::FI_SEND,
+            Access::Recv => sys::FI_RECV,
+            Access::Read => sys::FI_READ,
+            Access::RemoteRead => sys::FI_REMOTE_READ,
+        } as u64;
+        let bind = rl.caps.mr_endpoint.then(|| rl.ep());
+        // SAFETY: the core keeps the memory alive until it releases the
+        // registration (Deregister precedes freeing the memory).
+        let r = unsafe {
+            MemoryRegion::register(
+                &rl.domain,
+                region.addr as *const u8,
+                region.len.max(1),
+                access,
+                requested_key,
+                bind,
+            )
+        };
+        match r {
+            Ok(m) => {
+                let key = m.key();
+                let i = mr.0 as usize;
+                if self.mrs.len() <= i {
+                    self.mrs.resize_with(i + 1, || None);
+                }
+                self.mrs[i] = Some(m);
+                Ok(key)
+            }
+            Err(e) => Err(-e.code),
+        }
+    }
+
+    /// Drains the completion queues of the rails the core wants polled,
+    /// reporting every completion and executing what follows. Returns the
+    /// number of completions.
+    pub fn poll(&mut self, core: &mut Core, out: &mut Out) -> usize {
+        let mut total = 0;
+        for r in 0..self.rails.len() {
+            let rail = RailId(r as u8);
+            if core.rail_needs_poll(rail) {
+                total += self.poll_rail(rail, core, out);
+            }
+        }
+        total
+    }
+
+    fn poll_rail(&mut self, rail: RailId, core: &mut Core, out: &mut Out) -> usize {
+        let mut total = 0;
+        loop {
+            let mut entries = std::mem::take(&mut self.scratch);
+            let n = match self.rails[rail.index()].cq.read(&mut entries) {
+                Ok(n) => n,
+                Err(r) if r == -(sys::FI_EAVAIL as i64) => {
+                    self.scratch = entries;
+                    self.handle_error(rail, core, out);
+                    self.execute(core, out);
+                    total += 1;
+                    continue;
+                }
+                Err(r) => {
+                    self.scratch = entries;
+                    crate::log::error(&format!(
+                        "fi_cq_read on {} failed: {}",
+                        self.rails[rail.index()].profile.provider,
+                        strerror(-r as i32)
+                    ));
+                    return total;
+                }
+            };
+            for e in &entries[..n] {
+                self.handle_completion(e, core, out);
+            }
+            let full = n == entries.len();
+            self.scratch = entries;
+            total += n;
+            if n > 0 {
+                self.execute(core, out);
+            }
+            if !full {
+                return total;
+            }
+        }
+    }
+
+    fn what(ctx: *mut c_void) -> Posted {
+        // SAFETY: every operation we post carries a boxed OpCtx of ours as
+        // its context; the provider hands it back unchanged, and the box
+        // lives as long as the driver.
+        unsafe { (*(ctx as *const OpCtx)).what }
+    }
+
+    fn handle_completion(&self, e: &CqEntry, core: &mut Core, out: &mut Out) {
+        if e.op_context.is_null() {
+            return;
+        }
+        match Self::what(e.op_context) {
+            Posted::Rx(rail, slot) => {
+                let b = &self.rx[rail.index()][slot.0 as usize];
+                let len = e.len.min(b.mem.len());
+                core.on_packet(rail, slot, &b.mem[..len], out);
+            }
+            Posted::Op(op) => core.on_complete(op, out),
+        }
+    }
+
+    fn handle_error(&mut self, rail: RailId, core: &mut Core, out: &mut Out) {
+        let Some(err) = self.rails[rail.index()].cq.read_error() else {
+            return;
+        };
+        if err.context.is_null() {
+            crate::log::error(&format!(
+                "completion error without a context: {}",
+                err.message
+            ));
+            return;
+        }
+        match Self::what(err.context) {
+            Posted::Rx(rail, slot) => {
+                let canceled = err.err == sys::FI_ECANCELED as i32;
+                core.on_rx_error(rail, slot, canceled, &err.message, out);
+            }
+            Posted::Op(op) => core.on_error(op, &err.message, out),
+        }
+    }
+
+    /// Closes every endpoint: afterwards the provider references none of
+    /// our buffers, so they may be freed.
+    pub fn close(&mut self) {
+        for r in &mut self.rails {
+            drop(r.ep.take());
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.close();
+        // Registrations go before the memory they cover.
+        self.mrs.clear();
+        for bufs in &mut self.rx {
+            for b in bufs.iter_mut() {
+                drop(b.mr.take());
+            }
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Opening a rail: one libfabric endpoint with its fabric, domain,
+//! completion queue and address vector, and the profile of it the
+//! protocol core works with.
+
+use crate::config::{RndvProtocol, Settings};
+use crate::engine::EngineError;
+use crate::fabric::{AddressVector, CompletionQueue, Domain, Endpoint, Fabric, Info, InfoList};
+use crate::proto::RailProfile;
+use crate::sys;
+use crate::wire::{self, RailKind};
+use std::sync::Arc;
+
+/// Provider capabilities, as printed at verbose 2.
+#[derive(Clone, Copy, Debug)]
+pub struct Caps {
+    pub rma: bool,
+    pub tagged: bool,
+    pub mr_local: bool,
+    pub mr_virt_addr: bool,
+    pub mr_prov_key: bool,
+    pub mr_endpoint: bool,
+    pub max_msg: usize,
+}
+
+/// An open endpoint. Fields drop in declaration order: endpoint, completion
+/// queue, address vector, domain, fabric.
+pub(super) struct FabricRail {
+    pub(super) ep: Option<Endpoint>,
+    pub(super) cq: Arc<CompletionQueue>,
+    pub(super) av: Arc<AddressVector>,
+    pub(super) domain: Arc<Domain>,
+    _fabric: Arc<Fabric>,
+    _info: InfoList,
+    pub(super) caps: Caps,
+    pub(super) profile: RailProfile,
+}
+
+impl FabricRail {
+    pub(super) fn open(
+        list: &InfoList,
+        index: usize,
+        kind: RailKind,
+        settings: &Settings,
+        rndv: RndvProtocol,
+    ) -> Result<FabricRail, EngineError> {
+        let info: Info<'_> = list
+            .iter()
+            .nth(index)
+            .ok_or_else(|| EngineError("provider index out of range".into()))?;
+        let one = InfoList::dup_one(info)?;
+        let info = one.first().expect("dup_one returns one entry");
+        let provider = info.provider();
+        let mr_mode = info.mr_mode();
+        let caps = Caps {
+            rma: info.caps() & (sys::FI_RMA as u64) != 0,
+            tagged: info.caps() & (sys::FI_TAGGED as u64) != 0,
+            mr_local: mr_mode & sys::FI_MR_LOCAL != 0,
+            mr_virt_addr: mr_mode & sys::FI_MR_VIRT_ADDR != 0,
+            mr_prov_key: mr_mode & sys::FI_MR_PROV_KEY != 0,
+            mr_endpoint: mr_mode & sys::FI_MR_ENDPOINT != 0,
+            max_msg: info.max_msg_size().max(4096),
+        };
+        let eager_limit = settings
+            .eager_limit
+            .unwrap_or_else(|| crate::config::default_eager_limit(&provider));
+        let buf_size = wire::BASE_LEN + eager_limit.max(wire::EXT_LEN - wire::BASE_LEN);
+        if buf_size > caps.max_msg {
+            return Err(EngineError(format!(
+                "mtl_rustofi_eager_limit = {eager_limit} exceeds what provider {provider} can \
+                 send in one message ({} bytes with the header)",
+                caps.max_msg
+            )));
+        }
+        let rndv_read = match rndv {
+            RndvProtocol::Auto => caps.rma,
+            RndvProtocol::Read if !caps.rma => {
+                return Err(EngineError(format!(
+                    "mtl_rustofi_rndv_protocol = read, but provider {provider} has no FI_RMA"
+                )))
+            }
+            RndvProtocol::Read => true,
+            RndvProtocol::Send => false,
+        };
+        let fabric = Fabric::open(info)?;
+        let domain = Domain::open(&fabric, info)?;
+        let cq_size = (info.rx_size() + info.tx_size()).clamp(1024, 65536);
+        let cq = CompletionQueue::open(&domain, cq_size)?;
+        let av = AddressVector::open(&domain)?;
+        let ep = Endpoint::open(&domain, info, &cq, &av)?;
+        let profile = RailProfile {
+            kind,
+            provider,
+            mr_local: caps.mr_local,
+            mr_virt_addr: caps.mr_virt_addr,
+            mr_prov_key: caps.mr_prov_key,
+            buf_size,
+            eager_limit,
+            zero_copy: !caps.mr_local && info.iov_limit() >= 2,
+            rndv_read,
+            tagged: caps.tagged,
+            chunk: settings.chunk.min(caps.max_msg),
+            // Some providers (udp;ofi_rxd) accept more than their queue
+            // depth without EAGAIN and then stall, so the core queues the
+            // excess itself.
+            tx_depth: info.tx_size().clamp(16, 1 << 20),
+            rx_count: settings.rx_buffers.min(info.rx_size().max(8)),
+        };
+        Ok(FabricRail {
+            ep: Some(ep),
+            cq,
+            av,
+            domain,
+            _fabric: fabric,
+            _info: one,
+            caps,
+            profile,
+        })
+    }
+
+    pub(super) fn ep(&self) -> &Endpoint {
+        self.ep.as_ref().expect("endpoint open until drop")
+    }
+}
