@@ -13,13 +13,13 @@ use crate::driver::{Caps, Driver};
 use crate::fabric::{FiError, InfoList};
 use crate::handoff::{Handoff, Poisoned};
 use crate::inbox::Batch;
-use crate::matching::{PostId, Selector};
+use crate::matching::Selector;
 use crate::proto::ids::{PeerId, RailId};
 use crate::proto::SendArgs;
 use crate::proto::{Core, CoreConfig, Out, Stats};
 pub use crate::proto::{Event as Completion, ProbeInfo, Status};
 pub use crate::request::MessageHandle;
-use crate::request::{Cmd, Op, ReqPtr, NO_POST};
+use crate::request::{Cmd, Op, ReqPtr};
 use crate::usermem::UserBuf;
 use crate::wire::{self, RailKind};
 use std::sync::atomic::Ordering;
@@ -135,7 +135,7 @@ impl Engine {
                 events += progress(st);
             }
             apply_all(st, batch);
-            out.append(&mut st.out.events);
+            take_events(out, &mut st.out.events);
         });
         events
     }
@@ -213,7 +213,7 @@ impl Engine {
         // SAFETY: per the function contract (a send buffer is only read).
         let buf = unsafe { UserBuf::new(buf as *mut u8, len) };
         let op = Op::Send {
-            peer,
+            peer: PeerId::from_handle(peer),
             ctx,
             src,
             tag,
@@ -366,19 +366,38 @@ impl Engine {
     }
 }
 
+/// Moves finished requests to the caller (a swap when the caller has
+/// none yet, the common case).
+#[inline]
+fn take_events(out: &mut Vec<Completion>, events: &mut Vec<Completion>) {
+    if events.is_empty() {
+        return;
+    }
+    if out.is_empty() {
+        std::mem::swap(out, events);
+    } else {
+        out.append(events);
+    }
+}
+
 /// One round of progress: a tick, the completion queues, and a tick again
 /// when something completed (credits freed, queued operations can go).
 fn progress(st: &mut State) -> usize {
     st.core.tick(&mut st.out);
-    st.driver.execute(&mut st.core, &mut st.out);
+    if !st.out.actions.is_empty() {
+        st.driver.execute(&mut st.core, &mut st.out);
+    }
     let n = st.driver.poll(&mut st.core, &mut st.out);
     if n > 0 {
         st.core.tick(&mut st.out);
-        st.driver.execute(&mut st.core, &mut st.out);
+        if !st.out.actions.is_empty() {
+            st.driver.execute(&mut st.core, &mut st.out);
+        }
     }
     n
 }
 
+#[inline]
 fn apply_all(st: &mut State, batch: Batch<Cmd>) {
     let mut any = false;
     for cmd in batch {
@@ -407,7 +426,7 @@ fn apply(st: &mut State, cmd: *mut Cmd) {
             req,
         } => {
             let args = SendArgs {
-                peer: PeerId(peer.wrapping_sub(1) as u32),
+                peer,
                 ctx,
                 src,
                 tag,
@@ -425,9 +444,9 @@ fn apply(st: &mut State, cmd: *mut Cmd) {
             }
         }
         Op::Recv { sel, buf, req } => {
-            if let Some(PostId(id)) = core.recv(sel, buf, req.id(), out) {
+            if let Some(id) = core.recv(sel, buf, req.id(), out) {
                 // SAFETY: initialised by irecv; token held.
-                unsafe { req.st().post_id = id };
+                unsafe { req.st().post_id = Some(id) };
             }
         }
         Op::Mrecv { msg, buf, req } => {
@@ -451,7 +470,7 @@ fn apply(st: &mut State, cmd: *mut Cmd) {
             // SAFETY: the request was started by this engine (the shim
             // cancels only its own requests); token held.
             let id = unsafe { req.st().post_id };
-            let cancelled = id != NO_POST && core.cancel(PostId(id), out);
+            let cancelled = id.is_some_and(|id| core.cancel(id, out));
             // SAFETY: the waiting caller reads the result after `done`.
             unsafe {
                 (*cmd).cancelled = cancelled;
@@ -476,7 +495,7 @@ fn apply(st: &mut State, cmd: *mut Cmd) {
 
 fn add_peer(st: &mut State, name: u64, modex: &[u8], local: bool) -> Result<usize, EngineError> {
     if let Some(p) = st.core.peer_by_name(name) {
-        return Ok(p.index() + 1);
+        return Ok(p.handle());
     }
     let info = wire::PeerInfo::decode(modex).map_err(EngineError)?;
     // Both sides apply the same rule to the same facts (locality is
@@ -495,7 +514,7 @@ fn add_peer(st: &mut State, name: u64, modex: &[u8], local: bool) -> Result<usiz
     let p = st
         .core
         .add_peer(name, rail, addr, remote.max_eager as usize);
-    Ok(p.index() + 1)
+    Ok(p.handle())
 }
 
 impl Drop for Engine {

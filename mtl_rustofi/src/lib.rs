@@ -4,9 +4,14 @@
 //! - `shim/rustofi_shim.c` (C): component registration, MCA parameters,
 //!   modex, convertors, status and request completion;
 //! - [`ffi`]: the one module that crosses the C boundary (panic guards);
-//! - [`engine`]: protocols, progress and request state over
-//!   [`matching`] (MPI tag matching), [`order`] (per-peer sequencing) and
-//!   [`wire`] (packet format), which are pure Rust;
+//! - [`engine`]: MTL calls as commands, behind the thread [`handoff`]
+//!   (progress token and lock-free [`inbox`]);
+//! - [`proto`]: the protocol core, without I/O: matching ([`matching`]),
+//!   per-peer ordering ([`order`]), the packet format ([`wire`]), the
+//!   protocols, transmit queue and request state; user buffers reach it
+//!   as [`usermem`] values;
+//! - [`driver`]: executes the core's actions on libfabric and reports
+//!   their outcomes;
 //! - [`fabric`]: RAII wrappers over libfabric handles ([`sys`] are the raw
 //!   bindings).
 

@@ -7,8 +7,8 @@
 //! the PML may recycle the memory without running Rust code.
 
 use crate::inbox::Linked;
-use crate::matching::Selector;
-use crate::proto::ids::{MsgId, ReqId};
+use crate::matching::{PostId, Selector};
+use crate::proto::ids::{MsgId, PeerId, ReqId};
 use crate::proto::ProbeInfo;
 use crate::sync::{AtomicBool, AtomicPtr, Ordering};
 use crate::usermem::UserBuf;
@@ -40,8 +40,9 @@ pub struct RustofiReqHead {
 /// and its completion.
 #[repr(C)]
 pub struct ReqState {
-    /// Ticket of a queued receive in the matcher, or `NO_POST`.
-    pub post_id: u64,
+    /// Ticket of the receive in the matcher's posted queue, if it was
+    /// queued (a stale ticket is harmless: the matcher never reuses one).
+    pub post_id: Option<PostId>,
     /// The command that starts this request, queued in the engine's inbox.
     pub cmd: Cmd,
 }
@@ -70,8 +71,7 @@ impl MessageHandle {
 #[derive(Clone, Copy, Debug)]
 pub enum Op {
     Send {
-        /// The shim's peer handle (index + 1).
-        peer: usize,
+        peer: PeerId,
         ctx: u32,
         src: i32,
         tag: i32,
@@ -135,8 +135,6 @@ impl Cmd {
     }
 }
 
-pub const NO_POST: u64 = u64::MAX;
-
 #[repr(C)]
 pub struct Request {
     pub head: RustofiReqHead,
@@ -173,7 +171,7 @@ impl ReqPtr {
         unsafe {
             let st = std::ptr::addr_of_mut!((*self.0).st);
             st.write(ReqState {
-                post_id: NO_POST,
+                post_id: None,
                 cmd: Cmd::new(op),
             });
             std::ptr::addr_of_mut!((*st).cmd)

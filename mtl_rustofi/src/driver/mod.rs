@@ -213,9 +213,10 @@ impl Driver {
     /// actions, executed in the same pass).
     pub fn execute(&mut self, core: &mut Core, out: &mut Out) {
         let mut i = 0;
-        while i < out.actions.len() {
-            let a = out.actions[i];
+        while let Some(&a) = out.actions.get(i) {
             i += 1;
+            // The two actions of every message are handled inline; the
+            // rest out of line.
             let (what, r) = match a {
                 Action::PostRecv { rail, slot } => {
                     (Posted::Rx(rail, slot), self.post_recv(rail, slot))
@@ -228,57 +229,10 @@ impl Driver {
                     mr,
                     payload,
                 } => (Posted::Op(op), self.send(op, rail, dest, head, mr, payload)),
-                Action::Read {
-                    op,
-                    rail,
-                    src,
-                    local,
-                    mr,
-                    remote_addr,
-                    key,
-                } => (
-                    Posted::Op(op),
-                    self.read(op, rail, src, local, mr, remote_addr, key),
-                ),
-                Action::TaggedSend {
-                    op,
-                    rail,
-                    dest,
-                    local,
-                    mr,
-                    tag,
-                } => (
-                    Posted::Op(op),
-                    self.tagged(op, rail, dest, local, mr, tag, true),
-                ),
-                Action::TaggedRecv {
-                    op,
-                    rail,
-                    src,
-                    local,
-                    mr,
-                    tag,
-                } => (
-                    Posted::Op(op),
-                    self.tagged(op, rail, src, local, mr, tag, false),
-                ),
-                Action::Register {
-                    mr,
-                    rail,
-                    region,
-                    access,
-                    requested_key,
-                } => {
-                    let r = self.register(mr, rail, region, access, requested_key);
-                    core.on_registered(mr, r, out);
-                    continue;
-                }
-                Action::Deregister { mr } => {
-                    if let Some(slot) = self.mrs.get_mut(mr.0 as usize) {
-                        *slot = None;
-                    }
-                    continue;
-                }
+                other => match self.execute_other(other, core, out) {
+                    Some(failed) => failed,
+                    None => continue,
+                },
             };
             if let Err(e) = r {
                 core.on_post_failed(what, e, out);
@@ -287,17 +241,94 @@ impl Driver {
         out.actions.clear();
     }
 
+    /// Executes an action other than a receive post or a send; returns the
+    /// post outcome for operations, None for registrations (reported to
+    /// the core here).
+    #[inline(never)]
+    fn execute_other(
+        &mut self,
+        a: Action,
+        core: &mut Core,
+        out: &mut Out,
+    ) -> Option<(Posted, Result<(), PostError>)> {
+        Some(match a {
+            Action::PostRecv { .. } | Action::Send { .. } => unreachable!("handled inline"),
+            Action::Read {
+                op,
+                rail,
+                src,
+                local,
+                mr,
+                remote_addr,
+                key,
+            } => (
+                Posted::Op(op),
+                self.read(op, rail, src, local, mr, remote_addr, key),
+            ),
+            Action::TaggedSend {
+                op,
+                rail,
+                dest,
+                local,
+                mr,
+                tag,
+            } => (
+                Posted::Op(op),
+                self.tagged(op, rail, dest, local, mr, tag, true),
+            ),
+            Action::TaggedRecv {
+                op,
+                rail,
+                src,
+                local,
+                mr,
+                tag,
+            } => (
+                Posted::Op(op),
+                self.tagged(op, rail, src, local, mr, tag, false),
+            ),
+            Action::Register {
+                mr,
+                rail,
+                region,
+                access,
+                requested_key,
+            } => {
+                let r = self.register(mr, rail, region, access, requested_key);
+                core.on_registered(mr, r, out);
+                return None;
+            }
+            Action::Deregister { mr } => {
+                if let Some(slot) = self.mrs.get_mut(mr.0 as usize) {
+                    *slot = None;
+                }
+                return None;
+            }
+        })
+    }
+
+    /// The context of an operation id (made the first time the id is
+    /// used; the core's slab keeps ids dense).
+    #[inline]
     fn ctx(&mut self, op: OpId) -> *mut c_void {
-        let i = op.0 as usize;
-        while self.op_ctx.len() <= i {
+        match self.op_ctx.get_mut(op.0 as usize) {
+            Some(c) => &mut **c as *mut OpCtx as *mut c_void,
+            None => self.grow_ctx(op),
+        }
+    }
+
+    #[cold]
+    fn grow_ctx(&mut self, op: OpId) -> *mut c_void {
+        while self.op_ctx.len() <= op.0 as usize {
             let next = OpId(self.op_ctx.len() as u32);
             self.op_ctx.push(OpCtx::boxed(Posted::Op(next)));
         }
-        &mut *self.op_ctx[i] as *mut OpCtx as *mut c_void
+        &mut *self.op_ctx[op.0 as usize] as *mut OpCtx as *mut c_void
     }
 
     /// The descriptor of a registration the core named; an unknown one
     /// (its registration failed) fails the post.
+    #[inline]
     fn desc(&self, mr: Option<MrId>) -> Result<*mut c_void, PostError> {
         match mr {
             None => Ok(ptr::null_mut()),
@@ -310,6 +341,7 @@ impl Driver {
         }
     }
 
+    #[inline]
     fn post_recv(&mut self, rail: RailId, slot: RxSlot) -> Result<(), PostError> {
         let ep = self.rails[rail.index()].ep().raw();
         let b = &mut self.rx[rail.index()][slot.0 as usize];
@@ -328,6 +360,7 @@ impl Driver {
         })
     }
 
+    #[inline]
     fn send(
         &mut self,
         op: OpId,

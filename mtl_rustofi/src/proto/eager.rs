@@ -46,7 +46,6 @@ impl Core {
     /// Starts a send. An error refuses it at once (nothing was sent and no
     /// event will follow).
     pub fn send(&mut self, s: SendArgs, out: &mut Out) -> Result<(), CoreError> {
-        self.begin();
         self.flush_bundles(Some(s.peer), out);
         self.check_peer(s.peer)?;
         let len = s.buf.len();

@@ -71,6 +71,22 @@ impl PeerId {
     pub fn index(self) -> usize {
         self.0 as usize
     }
+
+    /// The handle the shim keeps for a peer: never 0, which the shim
+    /// reads as "no peer".
+    pub fn handle(self) -> usize {
+        self.index() + 1
+    }
+
+    /// The peer of a shim handle; 0 (and anything out of range) becomes
+    /// an id no peer has, which sends refuse.
+    pub fn from_handle(h: usize) -> PeerId {
+        PeerId(
+            h.checked_sub(1)
+                .and_then(|i| u32::try_from(i).ok())
+                .unwrap_or(u32::MAX),
+        )
+    }
 }
 
 /// Conversion between an id and a slab index.

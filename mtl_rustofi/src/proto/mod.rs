@@ -161,6 +161,9 @@ pub struct Core {
     fault: Fault,
     /// Peers that may have an open coalescing bundle.
     open_bundles: Vec<PeerId>,
+    /// Some operation or receive buffer waits in a rail's retry queue
+    /// (lets a tick with nothing to do return at once).
+    queued: bool,
     /// Bounce buffers whose registration was released in the last batch of
     /// actions; freed at the next call, after the driver executed it.
     retired: Vec<Box<[u8]>>,
@@ -203,6 +206,7 @@ impl Core {
             next_tag_base: 1,
             next_key: 1,
             open_bundles: Vec::new(),
+            queued: false,
             retired: Vec::new(),
             stats,
         }
@@ -240,14 +244,20 @@ impl Core {
 
     /// A progress opportunity: sends open bundles and retries queued
     /// operations and receive posts.
+    #[inline]
     pub fn tick(&mut self, out: &mut Out) {
+        if !self.queued && self.open_bundles.is_empty() && self.retired.is_empty() {
+            return;
+        }
         self.begin();
         self.flush_bundles(None, out);
         self.run_retries(out);
     }
 
-    /// Called at the start of every input: memory retired in the previous
-    /// batch is no longer registered.
+    /// Frees bounce buffers retired in an earlier batch of actions: the
+    /// driver has released their registrations since. Done at ticks, which
+    /// come between batches.
+    #[inline]
     fn begin(&mut self) {
         if !self.retired.is_empty() {
             self.retired.clear();

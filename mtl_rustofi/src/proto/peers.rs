@@ -93,7 +93,6 @@ impl Core {
     /// The peer can no longer be reached: every request that waits for it
     /// fails now, or when its last operation in flight is reported.
     pub fn peer_lost(&mut self, peer: PeerId, out: &mut Out) {
-        self.begin();
         let Some(p) = self.peers.get_mut(peer.index()) else {
             return;
         };
@@ -136,7 +135,6 @@ impl Core {
     /// A packet arrived in receive buffer `slot` of `rail`; the buffer is
     /// reposted once it has been handled.
     pub fn on_packet(&mut self, rail: RailId, slot: RxSlot, pkt: &[u8], out: &mut Out) {
-        self.begin();
         self.handle_packet(pkt, out);
         self.repost_rx(rail, slot, out);
     }

@@ -55,7 +55,6 @@ impl Core {
         req: ReqId,
         out: &mut Out,
     ) -> Option<PostId> {
-        self.begin();
         self.flush_bundles(None, out);
         match self.matcher.post(sel, PostedRecv { req, buf }) {
             Ok((p, env, u)) => {
@@ -74,7 +73,6 @@ impl Core {
         req: ReqId,
         out: &mut Out,
     ) -> Result<(), CoreError> {
-        self.begin();
         self.flush_bundles(None, out);
         let (env, u) = self
             .taken
@@ -87,7 +85,6 @@ impl Core {
     /// Cancels a queued receive; true if it was still queued (a
     /// `Cancelled` event is emitted).
     pub fn cancel(&mut self, id: PostId, out: &mut Out) -> bool {
-        self.begin();
         self.flush_bundles(None, out);
         match self.matcher.cancel(id) {
             Some(p) => {
@@ -100,7 +97,6 @@ impl Core {
 
     /// MPI_Iprobe on the unexpected queue.
     pub fn probe(&mut self, sel: &Selector, out: &mut Out) -> Option<ProbeInfo> {
-        self.begin();
         self.flush_bundles(None, out);
         self.matcher.probe(sel).map(|(env, u)| ProbeInfo {
             src: env.src,
@@ -111,7 +107,6 @@ impl Core {
 
     /// MPI_Improbe: takes the message out of matching.
     pub fn mprobe(&mut self, sel: &Selector, out: &mut Out) -> Option<(ProbeInfo, MsgId)> {
-        self.begin();
         self.flush_bundles(None, out);
         let (env, u) = self.matcher.take_unexpected(sel)?;
         let info = ProbeInfo {

@@ -207,11 +207,7 @@ impl Core {
     pub(super) fn submit_op(&mut self, op: Op, out: &mut Out) -> OpId {
         let rail = op.rail();
         let id = self.ops.insert(op);
-        let r = &mut self.rails[rail.index()];
-        if !r.retry.is_empty() || r.inflight >= r.profile.tx_depth {
-            r.retry.push_back(id);
-        } else {
-            r.inflight += 1;
+        if self.take_credit(rail, id) {
             self.emit(id, out);
         }
         id
@@ -268,6 +264,10 @@ impl Core {
     /// Hands queued operations and receive posts to the driver while
     /// credits last.
     pub(super) fn run_retries(&mut self, out: &mut Out) {
+        if !self.queued {
+            return;
+        }
+        let mut left = false;
         for rail in 0..self.rails.len() {
             let r = &mut self.rails[rail];
             while let Some(slot) = r.rx_retry.pop_front() {
@@ -287,15 +287,17 @@ impl Core {
                 r.inflight += 1;
                 self.emit(id, out);
             }
+            left |= !self.rails[rail].retry.is_empty();
         }
+        self.queued = left;
     }
 
     /// The driver could not post an operation or a receive buffer.
     pub fn on_post_failed(&mut self, what: Posted, err: PostError, out: &mut Out) {
-        self.begin();
         match (what, err) {
             (Posted::Rx(rail, slot), PostError::Again) => {
                 self.rails[rail.index()].rx_retry.push_back(slot);
+                self.queued = true;
             }
             (Posted::Rx(rail, slot), PostError::Hard(code)) => {
                 self.count_error();
@@ -305,12 +307,14 @@ impl Core {
                     crate::fabric::strerror(-code)
                 ));
                 self.rails[rail.index()].rx_retry.push_back(slot);
+                self.queued = true;
             }
             (Posted::Op(id), PostError::Again) => {
                 let Some(op) = self.ops.get(id) else { return };
                 let r = &mut self.rails[op.rail().index()];
                 r.inflight -= 1;
                 r.retry.push_back(id);
+                self.queued = true;
             }
             (Posted::Op(id), PostError::Hard(code)) => {
                 let why = crate::fabric::strerror(-code);
@@ -321,7 +325,6 @@ impl Core {
 
     /// An operation completed successfully.
     pub fn on_complete(&mut self, id: OpId, out: &mut Out) {
-        self.begin();
         let Some(op) = self.ops.remove(id) else {
             self.error("completion for an unknown operation");
             return;
@@ -343,7 +346,6 @@ impl Core {
 
     /// An operation completed with an error.
     pub fn on_error(&mut self, id: OpId, why: &str, out: &mut Out) {
-        self.begin();
         self.op_failed(id, why, out);
     }
 
@@ -371,6 +373,7 @@ impl Core {
                     left + 1
                 ));
                 self.rails[rail.index()].retry.push_back(id);
+                self.queued = true;
                 return;
             }
         }
@@ -428,19 +431,44 @@ impl Core {
     ) {
         let p = &mut self.peers[peer.index()];
         p.inflight += 1;
-        let rail = p.rail;
-        self.submit_op(
-            Op::Packet(Packet {
+        let (rail, dest) = (p.rail, p.addr);
+        let (head, mr) = (buf.region(len), buf.mr);
+        let id = self.ops.insert(Op::Packet(Packet {
+            rail,
+            peer,
+            buf,
+            len,
+            payload,
+            then,
+            resends_left: RESENDS,
+        }));
+        // The common case builds the action from what is at hand rather
+        // than reading the operation back (`emit`).
+        if self.take_credit(rail, id) {
+            out.actions.push(Action::Send {
+                op: id,
                 rail,
-                peer,
-                buf,
-                len,
-                payload,
-                then,
-                resends_left: RESENDS,
-            }),
-            out,
-        );
+                dest,
+                head,
+                mr,
+                payload: payload.map(|u| u.region()),
+            });
+        }
+    }
+
+    /// Takes a transmit credit for a new operation; false if it must wait
+    /// in the rail's queue (credits exhausted, or others wait before it).
+    #[inline]
+    fn take_credit(&mut self, rail: RailId, id: OpId) -> bool {
+        let r = &mut self.rails[rail.index()];
+        if !r.retry.is_empty() || r.inflight >= r.profile.tx_depth {
+            r.retry.push_back(id);
+            self.queued = true;
+            false
+        } else {
+            r.inflight += 1;
+            true
+        }
     }
 
     /// Sends a control packet (header only).
@@ -466,7 +494,6 @@ impl Core {
         why: &str,
         out: &mut Out,
     ) {
-        self.begin();
         if canceled {
             return;
         }
