@@ -251,7 +251,8 @@ static uint64_t proc_name64(const opal_process_name_t *name)
     return ((uint64_t) name->jobid << 32) | (uint64_t) name->vpid;
 }
 
-/* Completion callbacks, called by the Rust library with its lock released. */
+/* Completion callbacks, called by the Rust library after it has released its
+ * progress token (so a callback may start new operations). */
 
 static void cb_recv_complete(RustofiReqHead *head, int32_t src, int32_t tag, size_t bytes,
                              int status)

@@ -103,7 +103,8 @@ fn component() -> Option<&'static Component> {
 }
 
 /// Runs an engine operation, then delivers the completions it produced
-/// with the engine lock released.
+/// once the progress token has been released (a callback may start new
+/// operations).
 fn with_engine(what: &str, f: impl FnOnce(&Engine, &mut Vec<Completion>) -> c_int) -> c_int {
     guard(what, || {
         let Some(c) = component() else {
@@ -175,12 +176,6 @@ fn opt_str<'a>(p: *const c_char) -> Option<&'a str> {
 #[no_mangle]
 pub extern "C" fn rustofi_request_extra() -> usize {
     REQUEST_EXTRA
-}
-
-/// Size of the C-visible request head, for the shim's layout assertion.
-#[no_mangle]
-pub extern "C" fn rustofi_request_head_size() -> usize {
-    std::mem::size_of::<RustofiReqHead>()
 }
 
 /// Validates the parameters, selects a provider and opens it. Returns 0 on

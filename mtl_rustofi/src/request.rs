@@ -36,7 +36,7 @@ pub struct RustofiReqHead {
 /// Rust-only state of a request; valid between the start of an operation
 /// and its completion.
 #[repr(C)]
-pub struct ReqState {
+pub(crate) struct ReqState {
     /// Ticket of a queued receive in the matcher, or `NO_POST`.
     pub post_id: u64,
     /// Receive buffer (or send source) and its size in bytes.
@@ -48,10 +48,14 @@ pub struct ReqState {
 
 /// An opaque unexpected message taken by a matched probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// `pub` because engine.rs re-exports it with `pub use`.
+#[allow(unreachable_pub)]
 pub struct MessageHandle(pub *mut c_void);
 
 /// What a probe reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// `pub` because engine.rs re-exports it with `pub use`.
+#[allow(unreachable_pub)]
 pub struct ProbeInfo {
     pub src: i32,
     pub tag: i32,
@@ -61,7 +65,7 @@ pub struct ProbeInfo {
 /// Work handed to the engine. Applied by whichever thread holds the
 /// progress token.
 #[derive(Clone, Copy, Debug)]
-pub enum Op {
+pub(crate) enum Op {
     Send {
         peer: usize,
         ctx: u32,
@@ -91,7 +95,7 @@ pub enum Op {
 /// A command node of the engine's inbox. Send and receive commands live in
 /// their request; cancel and probe commands on the caller's stack (the
 /// caller waits for `done`).
-pub struct Cmd {
+pub(crate) struct Cmd {
     link: AtomicPtr<Cmd>,
     pub op: Op,
     /// Result of a probe, written before `done` is set.
@@ -109,7 +113,7 @@ unsafe impl Linked for Cmd {
 }
 
 impl Cmd {
-    pub fn new(op: Op) -> Cmd {
+    pub(crate) fn new(op: Op) -> Cmd {
         Cmd {
             link: AtomicPtr::new(std::ptr::null_mut()),
             op,
@@ -119,37 +123,39 @@ impl Cmd {
         }
     }
 
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
     }
 }
 
-pub const NO_POST: u64 = u64::MAX;
+pub(crate) const NO_POST: u64 = u64::MAX;
 
 /// A request's buffer.
 #[derive(Clone, Copy)]
-pub struct Buffer {
+pub(crate) struct Buffer {
     pub buf: *mut u8,
     pub cap: usize,
 }
 
 #[repr(C)]
-pub struct Request {
+pub(crate) struct Request {
     pub head: RustofiReqHead,
     pub st: ReqState,
 }
 
 /// Bytes the PML must reserve after its `mca_mtl_request_t`.
-pub const REQUEST_EXTRA: usize = std::mem::size_of::<Request>() - std::mem::size_of::<MtlRequest>();
+pub(crate) const REQUEST_EXTRA: usize =
+    std::mem::size_of::<Request>() - std::mem::size_of::<MtlRequest>();
 
 /// A request pointer that may cross threads. The PML keeps the request
 /// alive until we complete it; after `init` and the push of its command,
 /// only the progress-token holder touches `st`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReqPtr(pub *mut Request);
+pub(crate) struct ReqPtr(pub *mut Request);
 
-// SAFETY: see the type's documentation: the pointee outlives the operation
-// and its Rust state is only touched under the engine lock.
+// SAFETY: the PML keeps the pointee alive until the operation completes,
+// and after the command is pushed its Rust state is only touched by the
+// holder of the progress token, one thread at a time (CONCURRENCY.md).
 unsafe impl Send for ReqPtr {}
 
 impl ReqPtr {
@@ -158,7 +164,7 @@ impl ReqPtr {
     /// # Safety
     /// `self.0` must point at a live request of at least
     /// `size_of::<Request>()` bytes.
-    pub unsafe fn init(self, buf: *mut u8, cap: usize, op: Op) -> *mut Cmd {
+    pub(crate) unsafe fn init(self, buf: *mut u8, cap: usize, op: Op) -> *mut Cmd {
         // SAFETY: per the function contract; `st` has no destructor, so
         // writing over uninitialised or stale memory is fine.
         unsafe {
@@ -176,7 +182,7 @@ impl ReqPtr {
     /// # Safety
     /// The request must have been initialised with `init` and the caller
     /// must hold the progress token.
-    pub unsafe fn buffer(self) -> Buffer {
+    pub(crate) unsafe fn buffer(self) -> Buffer {
         // SAFETY: per the function contract.
         let st = unsafe { &(*self.0).st };
         Buffer {
@@ -187,7 +193,7 @@ impl ReqPtr {
 
     /// # Safety
     /// As for `buffer`.
-    pub unsafe fn st(self) -> &'static mut ReqState {
+    pub(crate) unsafe fn st(self) -> &'static mut ReqState {
         // SAFETY: per the function contract.
         unsafe { &mut (*self.0).st }
     }

@@ -1,5 +1,5 @@
 //! Atomics, from loom when model checking (`--cfg loom`), else from std.
 #[cfg(loom)]
-pub use loom::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 #[cfg(not(loom))]
-pub use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
