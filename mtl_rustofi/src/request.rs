@@ -143,6 +143,11 @@ pub(crate) struct Request {
     pub st: ReqState,
 }
 
+// The PML's request pointer, the shim's `RustofiReqHead *` and `ReqPtr`
+// all point at the same byte: the head comes first (the head's own fields
+// are checked against C in ffi.rs).
+const _: () = assert!(memoffset::offset_of!(Request, head) == 0);
+
 /// Bytes the PML must reserve after its `mca_mtl_request_t`.
 pub(crate) const REQUEST_EXTRA: usize =
     std::mem::size_of::<Request>() - std::mem::size_of::<MtlRequest>();
