@@ -190,7 +190,8 @@ pub unsafe extern "C" fn rustofi_init(
     cb: *const RustofiCallbacks,
 ) -> c_int {
     guard("rustofi_init", || {
-        // SAFETY: per the function contract.
+        // SAFETY: the contract says both point to valid structures; they
+        // are read here during the call only (the callbacks are copied).
         let (cfg, cb) = unsafe { (&*cfg, *cb) };
         let raw = RawParams {
             include: opt_str(cfg.provider_include),
@@ -364,13 +365,15 @@ fn set_env(var: &str, value: &str) {
 pub unsafe extern "C" fn rustofi_endpoint_name(buf: *mut u8, len: *mut usize) -> c_int {
     with_engine("rustofi_endpoint_name", |e, _| match e.local_name() {
         Ok(name) => {
-            // SAFETY: per the function contract.
+            // SAFETY: the contract says `len` is a valid pointer.
             let cap = unsafe { *len };
             if name.len() > cap {
                 crate::log::error("endpoint name larger than the shim's buffer");
                 return ERR;
             }
-            // SAFETY: checked the capacity above.
+            // SAFETY: `buf` is writable for `cap` bytes (the contract) and
+            // `name.len() <= cap` was checked above; `len` is valid. A Vec
+            // of ours cannot overlap the caller's buffer.
             unsafe {
                 ptr::copy_nonoverlapping(name.as_ptr(), buf, name.len());
                 *len = name.len();
@@ -415,7 +418,8 @@ pub unsafe extern "C" fn rustofi_add_peer(
 ) -> usize {
     let mut handle = 0usize;
     let r = with_engine("rustofi_add_peer", |e, out| {
-        // SAFETY: per the function contract.
+        // SAFETY: the contract says `addr` is readable for `len` bytes; the
+        // slice does not outlive this call (add_peer copies what it keeps).
         let bytes = unsafe { std::slice::from_raw_parts(addr, len) };
         match e.add_peer(name, bytes, local, out) {
             Ok(h) => {
@@ -543,7 +547,7 @@ pub unsafe extern "C" fn rustofi_iprobe(
     with_engine("rustofi_iprobe", |e, out| {
         match e.iprobe(Selector::from_mpi(ctx, src, tag), out) {
             Ok(found) => {
-                // SAFETY: per the function contract.
+                // SAFETY: the contract says `flag` is a valid pointer.
                 unsafe { *flag = found.is_some() as c_int };
                 if let Some(p) = found {
                     fill_status(status, &p);
@@ -574,14 +578,14 @@ pub unsafe extern "C" fn rustofi_improbe(
     with_engine("rustofi_improbe", |e, out| {
         match e.improbe(Selector::from_mpi(ctx, src, tag), out) {
             Ok(found) => {
-                // SAFETY: per the function contract.
+                // SAFETY: the contract says `flag` and `msg` are valid.
                 unsafe {
                     *flag = found.is_some() as c_int;
                     *msg = ptr::null_mut();
                 }
                 if let Some((p, h)) = found {
                     fill_status(status, &p);
-                    // SAFETY: per the function contract.
+                    // SAFETY: `msg` is valid, as above.
                     unsafe { *msg = h.0 };
                 }
                 0
@@ -607,7 +611,8 @@ pub unsafe extern "C" fn rustofi_imrecv(
     req: *mut RustofiReqHead,
 ) -> c_int {
     with_engine("rustofi_imrecv", |e, out| {
-        // SAFETY: per the function contract.
+        // SAFETY: forwarded from this function's contract: `msg` came from
+        // rustofi_improbe and is used once; `buf` and `req` as for irecv.
         report(unsafe {
             e.imrecv(
                 MessageHandle(msg),

@@ -33,7 +33,8 @@ pub(crate) struct Inbox<N> {
 // SAFETY: the inbox only moves raw node pointers between threads; the
 // nodes' owners guarantee they stay valid while queued (see `push`).
 unsafe impl<N> Send for Inbox<N> {}
-// SAFETY: as above; all shared access goes through atomics.
+// SAFETY: `&Inbox` only reaches `head` through atomic operations; the
+// nodes behind it are governed by `push`'s contract, as for Send.
 unsafe impl<N> Sync for Inbox<N> {}
 
 impl<N: Linked> Default for Inbox<N> {
@@ -87,7 +88,8 @@ impl<N: Linked> Inbox<N> {
             // SAFETY: nodes in a taken batch are owned by the consumer
             // (push's contract keeps them valid).
             let next = unsafe { (*cur).link().load(Ordering::Relaxed) };
-            // SAFETY: as above.
+            // SAFETY: `cur` is still a valid node owned by the consumer;
+            // no producer links to it any more (it left the stack).
             unsafe { (*cur).link().store(fifo, Ordering::Relaxed) };
             fifo = cur;
             cur = next;
@@ -278,7 +280,8 @@ mod loom_tests {
     }
     // SAFETY: `state` is only touched by the token holder.
     unsafe impl<S> Sync for Shared<S> {}
-    // SAFETY: as above.
+    // SAFETY: the models move `Shared` between threads only inside an
+    // Arc, and `state` is only touched by the token holder, as for Sync.
     unsafe impl<S> Send for Shared<S> {}
 
     /// Push, then combine: the engine's protocol.

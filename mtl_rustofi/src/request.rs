@@ -188,7 +188,8 @@ impl ReqPtr {
     /// The request must have been initialised with `init` and the caller
     /// must hold the progress token.
     pub(crate) unsafe fn buffer(self) -> Buffer {
-        // SAFETY: per the function contract.
+        // SAFETY: the contract says the request is live and initialised
+        // and that we hold the progress token, so nobody writes `st` now.
         let st = unsafe { &(*self.0).st };
         Buffer {
             buf: st.buf,
@@ -199,7 +200,8 @@ impl ReqPtr {
     /// # Safety
     /// As for `buffer`.
     pub(crate) unsafe fn st(self) -> &'static mut ReqState {
-        // SAFETY: per the function contract.
+        // SAFETY: as for `buffer`: a live, initialised request whose state
+        // only the progress-token holder (the caller) touches.
         unsafe { &mut (*self.0).st }
     }
 }
