@@ -40,6 +40,8 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=tests/lib/counters.sh
+. "$REPO/tests/lib/counters.sh"
 SUITE=$REPO/target/mpi4py
 PY=$REPO/.venv/bin/python
 LOG_ROOT=$SUITE/logs
@@ -132,25 +134,26 @@ parse_summaries() { # ranks_dir np
 
 # Checks the "rustofi: rank=..." lines; prints the reasons of any problem.
 check_counters() { # ranks_dir np provider shm_peers
-    local r f line
+    local r f line sent recv
     for ((r = 0; r < $2; r++)); do
         line=""
         for f in $(compgen -G "$1/*/rank.$r/std*" || true); do
-            line=$(grep -o 'rustofi: rank=.*' "$f" | tail -n 1 || true)
+            line=$(counter_lines "$f" | tail -n 1 || true)
             [[ -n "$line" ]] && break
         done
         if [[ -z "$line" ]]; then
             echo "rank $r printed no rustofi counter line"
             continue
         fi
-        [[ "$line" == *"rustofi: rank=$r "* ]] ||
+        [[ "$(counter_field "$line" rank)" == "$r" ]] ||
             echo "rank $r: counter line of another rank: $line"
-        [[ "$line" == *" provider="*"$3"* ]] ||
+        [[ "$(counter_field "$line" provider)" == *"$3"* ]] ||
             echo "rank $r: not on provider $3: $line"
-        [[ "$line" =~ sent_msgs=([0-9]+).*recv_msgs=([0-9]+) ]] &&
-            ((BASH_REMATCH[1] > 0 && BASH_REMATCH[2] > 0)) ||
+        sent=$(counter_field "$line" sent_msgs)
+        recv=$(counter_field "$line" recv_msgs)
+        [[ "$sent" =~ ^[0-9]+$ && "$recv" =~ ^[0-9]+$ ]] && ((sent > 0 && recv > 0)) ||
             echo "rank $r: no point-to-point traffic through rustofi: $line"
-        [[ "$line" == *" shm_peers=$4 "* ]] ||
+        [[ "$(counter_field "$line" shm_peers)" == "$4" ]] ||
             echo "rank $r: expected $4 peers over the shm rail: $line"
     done
 }
@@ -258,7 +261,7 @@ run_config() { # name np stack timeout extra...
     grep -h -o 'mpi4py: rank=.*thread_level.*' "$dir"/ranks/*/rank.*/stderr 2>/dev/null |
         sort | sed 's/^/    /' || true
     if [[ $stack != ob1 ]]; then
-        grep -h -o 'rustofi: rank=.*' "$dir"/ranks/*/rank.*/std* 2>/dev/null |
+        counter_lines "$dir"/ranks/*/rank.*/std* 2>/dev/null |
             sort | sed 's/^/    /' || true
     fi
 

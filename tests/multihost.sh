@@ -20,6 +20,8 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$here/.." && pwd)
 . "$ROOT/scripts/env.sh"
+# shellcheck source=tests/lib/counters.sh
+. "$ROOT/tests/lib/counters.sh"
 
 AGENT="$here/multihost/agent.sh"
 BUILD_DIR="${BUILD_DIR:-$ROOT/target/multihost}"
@@ -115,7 +117,7 @@ run_mpi() {
 check_test() {
     local name=$1 np=$2 min_rx=$3 min_tx=$4 want_net=$5 want_shm=$6
     local out="$tmp/$1-np$2.out" label="$1 np$2"
-    local rx0 tx0 rx1 tx1 rc r line sent recv n net shm pat
+    local rx0 tx0 rx1 tx1 rc r line sent recv n net shm
     rx0=$(h2_counter rx_bytes) && tx0=$(h2_counter tx_bytes) || {
         fail "$label" "cannot read the byte counters of $IFACE in ${HOSTS[1]}"
         return
@@ -140,20 +142,25 @@ check_test() {
         show_tail "$label" "$out"
         return
     fi
-    pat="provider=tcp;ofi_rxm shm=[a-z]+ net_peers=[0-9]+ shm_peers=[0-9]+ sent_msgs=[0-9]+ sent_bytes=[0-9]+ recv_msgs=[0-9]+"
     for r in $(seq 0 $((np - 1))); do
-        # grep -o: a counter line may share a line with other stderr text.
-        n=$(grep -oE "rustofi: rank=$r $pat" "$out" | wc -l)
+        # Rank r's counter lines on tcp;ofi_rxm with numeric counters.
+        line=$(awk -v r="$r" "$COUNTERS_AWK"'
+            counter_fields(f) && f["rank"] == r && f["provider"] == "tcp;ofi_rxm" \
+                && f["shm"] ~ /^[a-z]+$/ && f["net_peers"] ~ /^[0-9]+$/ \
+                && f["shm_peers"] ~ /^[0-9]+$/ && f["sent_msgs"] ~ /^[0-9]+$/ \
+                && f["sent_bytes"] ~ /^[0-9]+$/ && f["recv_msgs"] ~ /^[0-9]+$/ {
+                print counter_line
+            }' "$out")
+        n=$(grep -c . <<<"$line")
         if [ "$n" -ne 1 ]; then
             fail "$label" "expected 1 counter line 'rustofi: rank=$r provider=tcp;ofi_rxm ...', found $n"
             show_tail "$label" "$out"
             return
         fi
-        line=$(grep -oE "rustofi: rank=$r $pat" "$out")
-        sent=$(sed -E 's/.* sent_msgs=([0-9]+).*/\1/' <<<"$line")
-        recv=$(sed -E 's/.* recv_msgs=([0-9]+).*/\1/' <<<"$line")
-        net=$(sed -E 's/.* net_peers=([0-9]+).*/\1/' <<<"$line")
-        shm=$(sed -E 's/.* shm_peers=([0-9]+).*/\1/' <<<"$line")
+        sent=$(counter_field "$line" sent_msgs)
+        recv=$(counter_field "$line" recv_msgs)
+        net=$(counter_field "$line" net_peers)
+        shm=$(counter_field "$line" shm_peers)
         if [ "$sent" -eq 0 ] || [ "$recv" -eq 0 ]; then
             fail "$label" "rank $r counted no traffic (sent_msgs=$sent recv_msgs=$recv)"
             show_tail "$label" "$out"

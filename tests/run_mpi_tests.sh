@@ -33,6 +33,8 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=tests/lib/counters.sh
+. "$REPO/tests/lib/counters.sh"
 SRC_DIR=$REPO/tests/mpi
 BUILD_DIR=${BUILD_DIR:-$REPO/target/mpi-tests}
 LOG_DIR=$BUILD_DIR/logs
@@ -109,10 +111,10 @@ report_fail() { # name prov np secs log reason...
     printf 'FAIL %s (%s, np %s, %ss): %s\n' "$name" "$prov" "$np" "$secs" "$*"
     if [[ -s "$log" ]]; then
         echo "    --- last lines of $log"
-        { grep -v 'rustofi: rank=' "$log" || true; } | tail -n 25 | sed 's/^/    | /'
+        { without_counter_lines "$log" || true; } | tail -n 25 | sed 's/^/    | /'
         local -a rf
         mapfile -t rf < <(rank_stderr_files "$log")
-        { grep -ho 'rustofi: rank=.*' "${rf[@]}" || true; } | sed 's/^/    | /'
+        { counter_lines "${rf[@]}" || true; } | sed 's/^/    | /'
     fi
     FAILED=$((FAILED + 1))
     FAILURES+=("$name ($prov, np $np): $* [$log]")
@@ -180,18 +182,11 @@ has_pass() { # log prog
 parse_counters() {
     local -a files
     mapfile -t files < <(rank_stderr_files "$1")
-    awk -v np="$2" -v prov="$3" -v traffic="$4" '
+    awk -v np="$2" -v prov="$3" -v traffic="$4" "$COUNTERS_AWK"'
     function fail(msg) { print "ERR " msg; bad = 1 }
     {
-        p = index($0, "rustofi: rank=")
-        if (p == 0) next
-        line = substr($0, p + 9)
-        n = split(line, kv, " ")
-        delete f
-        for (i = 1; i <= n; i++) {
-            eq = index(kv[i], "=")
-            if (eq > 0) f[substr(kv[i], 1, eq - 1)] = substr(kv[i], eq + 1)
-        }
+        if (!counter_fields(f)) next
+        line = counter_line
         nl++
         split("rank provider sent_msgs sent_bytes recv_msgs recv_bytes eager rndv unexpected errors", req, " ")
         for (i = 1; i in req; i++)
@@ -434,7 +429,7 @@ check_bad_input() {
     if [[ -z "$why" && $need_ob1 == 1 ]]; then
         if ! grep -q 'select: component ob1 selected' "$log"; then
             why="pml ob1 was not selected (fallback expected)"
-        elif grep -q 'rustofi: rank=' "$log"; then
+        elif has_counter_line "$log"; then
             why="rustofi counter lines printed although rustofi should be disabled"
         fi
     fi
@@ -465,7 +460,7 @@ check_selection() {
             why=$(rc_reason $RC)
         elif ! has_pass "$log" "$prog"; then
             why="program output not correct"
-        elif grep -q 'rustofi: rank=' "$log"; then
+        elif has_counter_line "$log"; then
             why="rustofi carried traffic in a default launch (counter line printed)"
         elif ! grep -q 'select: component ob1 selected' "$log"; then
             why="pml ob1 not selected by default"

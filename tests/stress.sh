@@ -42,6 +42,8 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=tests/lib/counters.sh
+. "$REPO/tests/lib/counters.sh"
 SRC=$REPO/tests/mpi/stress/stress_threads.c
 BUILD_DIR=${BUILD_DIR:-$REPO/target/stress}
 LOG_DIR=$BUILD_DIR/logs
@@ -129,16 +131,9 @@ rank_files() { # log kind(stdout|stderr)
 check_counters() { # log np
     local -a files
     mapfile -t files < <(rank_files "$1" stderr)
-    awk -v np="$2" '
+    awk -v np="$2" "$COUNTERS_AWK"'
     {
-        p = index($0, "rustofi: rank=")
-        if (p == 0) next
-        n = split(substr($0, p + 9), kv, " ")
-        delete f
-        for (i = 1; i <= n; i++) {
-            eq = index(kv[i], "=")
-            if (eq > 0) f[substr(kv[i], 1, eq - 1)] = substr(kv[i], eq + 1)
-        }
+        if (!counter_fields(f)) next
         r = f["rank"]
         if (r in seen) { bad = bad "rank " r " printed two counter lines; " }
         seen[r] = 1
@@ -166,7 +161,7 @@ report_fail() { # label log reason  (uses the caller's $ctx)
             tail -n 25 "$2"; } | head -n 60 | sed 's/^/    | /'
         local -a errs
         mapfile -t errs < <(rank_files "$2" stderr)
-        { grep -ho 'rustofi: rank=.*' "${errs[@]}" || true; } | sed 's/^/    | /'
+        { counter_lines "${errs[@]}" || true; } | sed 's/^/    | /'
     fi
     FAILED=$((FAILED + 1))
     FAILURES+=("$1 ($ctx): $3 [$2]")

@@ -30,8 +30,81 @@
 
 #include "rustofi.h"
 
+/*
+ * Layout of the structs shared with the Rust library, field by field. The
+ * RUSTOFI_LAYOUT_* numbers come from ffi.rs, where const assertions hold
+ * Rust's layout to them; here the C compiler's layout of rustofi.h is held
+ * to the same numbers, and so are Open MPI's own types where a Rust struct
+ * mirrors one (mca_mtl_request_t) or the shim copies a field into one
+ * (ompi_status_public_t).
+ */
+#define FIELD_SIZE(type, field) sizeof(((type *) 0)->field)
+#define ASSERT_FIELD(type, field, off)                                      \
+    _Static_assert(offsetof(type, field) == (off),                          \
+                   "offset of " #type "." #field " differs from ffi.rs")
+#define ASSERT_SAME_FIELD(type, field, mirror, mfield)                      \
+    _Static_assert(offsetof(type, field) == offsetof(mirror, mfield)        \
+                       && FIELD_SIZE(type, field) == FIELD_SIZE(mirror, mfield), \
+                   #mirror "." #mfield " does not mirror " #type "." #field)
+
+/* MtlRequest mirrors Open MPI's mca_mtl_request_t. */
+ASSERT_FIELD(mca_mtl_request_t, ompi_req, RUSTOFI_LAYOUT_MTL_REQUEST_OMPI_REQ);
+ASSERT_FIELD(mca_mtl_request_t, completion_callback,
+             RUSTOFI_LAYOUT_MTL_REQUEST_COMPLETION_CALLBACK);
+_Static_assert(sizeof(mca_mtl_request_t) == RUSTOFI_LAYOUT_MTL_REQUEST_SIZE,
+               "size of mca_mtl_request_t differs from ffi.rs");
+ASSERT_SAME_FIELD(mca_mtl_request_t, ompi_req, MtlRequest, ompi_req);
+ASSERT_SAME_FIELD(mca_mtl_request_t, completion_callback, MtlRequest, completion_callback);
 _Static_assert(sizeof(MtlRequest) == sizeof(mca_mtl_request_t),
                "Rust mirror of mca_mtl_request_t has the wrong size");
+
+/* RustofiReqHead: the request pml/cm allocates, mca_mtl_request_t first. */
+ASSERT_FIELD(RustofiReqHead, mtl, RUSTOFI_LAYOUT_REQ_HEAD_MTL);
+ASSERT_FIELD(RustofiReqHead, convertor, RUSTOFI_LAYOUT_REQ_HEAD_CONVERTOR);
+ASSERT_FIELD(RustofiReqHead, buffer, RUSTOFI_LAYOUT_REQ_HEAD_BUFFER);
+ASSERT_FIELD(RustofiReqHead, length, RUSTOFI_LAYOUT_REQ_HEAD_LENGTH);
+ASSERT_FIELD(RustofiReqHead, free_after, RUSTOFI_LAYOUT_REQ_HEAD_FREE_AFTER);
+_Static_assert(sizeof(RustofiReqHead) == RUSTOFI_LAYOUT_REQ_HEAD_SIZE,
+               "size of RustofiReqHead differs from ffi.rs");
+_Static_assert(0 == RUSTOFI_LAYOUT_REQ_HEAD_MTL,
+               "a mca_mtl_request_t pointer must also point at its RustofiReqHead");
+
+/* RustofiStatus (filled by Rust) and the receive callback's source, tag and
+ * byte count are copied into ompi_status_public_t. */
+ASSERT_FIELD(RustofiStatus, source, RUSTOFI_LAYOUT_STATUS_SOURCE);
+ASSERT_FIELD(RustofiStatus, tag, RUSTOFI_LAYOUT_STATUS_TAG);
+ASSERT_FIELD(RustofiStatus, count, RUSTOFI_LAYOUT_STATUS_COUNT);
+_Static_assert(sizeof(RustofiStatus) == RUSTOFI_LAYOUT_STATUS_SIZE,
+               "size of RustofiStatus differs from ffi.rs");
+_Static_assert(FIELD_SIZE(RustofiStatus, source) == FIELD_SIZE(ompi_status_public_t, MPI_SOURCE)
+                   && FIELD_SIZE(RustofiStatus, tag) == FIELD_SIZE(ompi_status_public_t, MPI_TAG)
+                   && FIELD_SIZE(RustofiStatus, count) == FIELD_SIZE(ompi_status_public_t, _ucount)
+                   && sizeof(size_t) == FIELD_SIZE(ompi_status_public_t, _ucount),
+               "RustofiStatus fields do not fit ompi_status_public_t");
+
+/* RustofiCallbacks and RustofiConfig: filled here, read by Rust. */
+ASSERT_FIELD(RustofiCallbacks, recv_complete, RUSTOFI_LAYOUT_CALLBACKS_RECV_COMPLETE);
+ASSERT_FIELD(RustofiCallbacks, send_complete, RUSTOFI_LAYOUT_CALLBACKS_SEND_COMPLETE);
+ASSERT_FIELD(RustofiCallbacks, cancel_complete, RUSTOFI_LAYOUT_CALLBACKS_CANCEL_COMPLETE);
+_Static_assert(sizeof(RustofiCallbacks) == RUSTOFI_LAYOUT_CALLBACKS_SIZE,
+               "size of RustofiCallbacks differs from ffi.rs");
+ASSERT_FIELD(RustofiConfig, provider_include, RUSTOFI_LAYOUT_CONFIG_PROVIDER_INCLUDE);
+ASSERT_FIELD(RustofiConfig, include_set, RUSTOFI_LAYOUT_CONFIG_INCLUDE_SET);
+ASSERT_FIELD(RustofiConfig, provider_exclude, RUSTOFI_LAYOUT_CONFIG_PROVIDER_EXCLUDE);
+ASSERT_FIELD(RustofiConfig, exclude_set, RUSTOFI_LAYOUT_CONFIG_EXCLUDE_SET);
+ASSERT_FIELD(RustofiConfig, eager_limit, RUSTOFI_LAYOUT_CONFIG_EAGER_LIMIT);
+ASSERT_FIELD(RustofiConfig, rndv_protocol, RUSTOFI_LAYOUT_CONFIG_RNDV_PROTOCOL);
+ASSERT_FIELD(RustofiConfig, rndv_chunk_size, RUSTOFI_LAYOUT_CONFIG_RNDV_CHUNK_SIZE);
+ASSERT_FIELD(RustofiConfig, rx_buffers, RUSTOFI_LAYOUT_CONFIG_RX_BUFFERS);
+ASSERT_FIELD(RustofiConfig, verbose, RUSTOFI_LAYOUT_CONFIG_VERBOSE);
+ASSERT_FIELD(RustofiConfig, fault_inject, RUSTOFI_LAYOUT_CONFIG_FAULT_INJECT);
+ASSERT_FIELD(RustofiConfig, shm, RUSTOFI_LAYOUT_CONFIG_SHM);
+ASSERT_FIELD(RustofiConfig, coalesce, RUSTOFI_LAYOUT_CONFIG_COALESCE);
+ASSERT_FIELD(RustofiConfig, named, RUSTOFI_LAYOUT_CONFIG_NAMED);
+ASSERT_FIELD(RustofiConfig, my_name, RUSTOFI_LAYOUT_CONFIG_MY_NAME);
+ASSERT_FIELD(RustofiConfig, rank, RUSTOFI_LAYOUT_CONFIG_RANK);
+_Static_assert(sizeof(RustofiConfig) == RUSTOFI_LAYOUT_CONFIG_SIZE,
+               "size of RustofiConfig differs from ffi.rs");
 
 /* ------------------------------------------------------------------ */
 /* MCA parameters                                                      */
@@ -251,7 +324,8 @@ static uint64_t proc_name64(const opal_process_name_t *name)
     return ((uint64_t) name->jobid << 32) | (uint64_t) name->vpid;
 }
 
-/* Completion callbacks, called by the Rust library with its lock released. */
+/* Completion callbacks, called by the Rust library after it has released its
+ * progress token (so a callback may start new operations). */
 
 static void cb_recv_complete(RustofiReqHead *head, int32_t src, int32_t tag, size_t bytes,
                              int status)

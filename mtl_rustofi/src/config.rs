@@ -3,7 +3,7 @@
 
 /// How a rendezvous moves the payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RndvProtocol {
+pub(crate) enum RndvProtocol {
     /// RMA read where the provider offers FI_RMA, else send.
     Auto,
     /// Receiver reads the sender's buffer with fi_read.
@@ -15,7 +15,7 @@ pub enum RndvProtocol {
 /// Whether same-host peers are reached through libfabric's shm provider
 /// beside the network provider (MCA `shm`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ShmMode {
+pub(crate) enum ShmMode {
     /// On unless the network provider already keeps same-host traffic in
     /// shared memory itself (efa) or is shm itself: see [`shm_wanted`].
     Auto,
@@ -25,7 +25,7 @@ pub enum ShmMode {
 
 /// A fault the test suite can inject (MCA `fault_inject`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     None,
     /// Corrupt the RMA key of the next read rendezvous: the provider reports
     /// a completion-queue error on the read.
@@ -36,7 +36,7 @@ pub enum Fault {
 
 /// Validated settings.
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub include: Vec<String>,
     pub exclude: Vec<String>,
     /// Largest eager payload; `None` picks it per provider
@@ -58,11 +58,11 @@ pub struct Settings {
 
 /// Providers that only emulate a fabric in software. mtl/ofi excludes them
 /// by default; so do we, unless the user asked for this component.
-pub const SOFTWARE_PROVIDERS: &[&str] = &["shm", "sockets", "tcp", "udp", "rstream", "net"];
+pub(crate) const SOFTWARE_PROVIDERS: &[&str] = &["shm", "sockets", "tcp", "udp", "rstream", "net"];
 
 /// Raw parameter values as Open MPI hands them over.
 #[derive(Clone, Debug, Default)]
-pub struct RawParams<'a> {
+pub(crate) struct RawParams<'a> {
     pub include: Option<&'a str>,
     /// The include parameter was set by the user (even to an empty string).
     pub include_set: bool,
@@ -79,9 +79,9 @@ pub struct RawParams<'a> {
     pub named: bool,
 }
 
-pub const MAX_EAGER: i64 = 1 << 20;
+pub(crate) const MAX_EAGER: i64 = 1 << 20;
 /// `mtl_rustofi_eager_limit = -1`: pick the limit per provider.
-pub const EAGER_AUTO: i64 = -1;
+pub(crate) const EAGER_AUTO: i64 = -1;
 
 /// Eager limit for a provider when the user left it at auto:
 /// - tcp;ofi_rxm: 64 KiB (the tcp btl's eager limit too). Over tcp a
@@ -92,7 +92,7 @@ pub const EAGER_AUTO: i64 = -1;
 ///   rendezvous, which shm serves with a single-copy read (CMA).
 /// - everything else (efa, udp;ofi_rxd, sockets, verbs): 8 KiB, within
 ///   every provider's single-packet size.
-pub fn default_eager_limit(provider: &str) -> usize {
+pub(crate) fn default_eager_limit(provider: &str) -> usize {
     if name_matches("ofi_rxm", provider) && name_matches("tcp", provider) {
         65536
     } else if name_matches("shm", provider) {
@@ -107,7 +107,7 @@ pub fn default_eager_limit(provider: &str) -> usize {
 /// rendezvous-es larger ones. Returns the environment settings that make
 /// the buffers take our largest eager packet, given the eager limit the
 /// tcp rail will use; empty when the default suffices.
-pub fn rxm_buffer_env(eager: usize) -> Vec<(&'static str, String)> {
+pub(crate) fn rxm_buffer_env(eager: usize) -> Vec<(&'static str, String)> {
     // Our header plus rxm's own packet header, with room to spare.
     let need = eager + crate::wire::EXT_LEN + 256;
     if need <= 16384 {
@@ -128,7 +128,7 @@ fn split_list(s: Option<&str>) -> Vec<String> {
 }
 
 /// Checks every parameter; the error text names the offending parameter.
-pub fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
+pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     let include = split_list(p.include);
     let exclude = split_list(p.exclude);
     if p.include_set && include.is_empty() {
@@ -223,7 +223,7 @@ pub fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
 
 /// Providers that already move same-host traffic through shared memory
 /// themselves (EFA hands local peers to its embedded shm provider).
-pub const ROUTES_LOCAL_ITSELF: &[&str] = &["efa"];
+pub(crate) const ROUTES_LOCAL_ITSELF: &[&str] = &["efa"];
 
 /// Whether to open the shm provider as a second rail for same-host peers,
 /// given the network provider's name. `auto` says yes for providers that
@@ -231,7 +231,7 @@ pub const ROUTES_LOCAL_ITSELF: &[&str] = &["efa"];
 /// udp, sockets, verbs, ...), no for efa (it routes local peers through
 /// shm internally, so a second rail would only duplicate that) and no when
 /// the network provider is shm itself.
-pub fn shm_wanted(mode: ShmMode, provider: &str) -> bool {
+pub(crate) fn shm_wanted(mode: ShmMode, provider: &str) -> bool {
     if name_matches("shm", provider) {
         return false;
     }
@@ -245,14 +245,14 @@ pub fn shm_wanted(mode: ShmMode, provider: &str) -> bool {
 }
 
 /// The entry of the shm provider among `candidates`, if it is offered.
-pub fn shm_index(candidates: &[String]) -> Option<usize> {
+pub(crate) fn shm_index(candidates: &[String]) -> Option<usize> {
     candidates
         .iter()
         .position(|c| c.eq_ignore_ascii_case("shm"))
 }
 
 /// Numeric parameters whose raw text is checked by [`check_numeric`].
-pub const NUMERIC_PARAMS: &[&str] = &[
+pub(crate) const NUMERIC_PARAMS: &[&str] = &[
     "priority",
     "eager_limit",
     "verbose",
@@ -264,7 +264,7 @@ pub const NUMERIC_PARAMS: &[&str] = &[
 /// Open MPI parses integers leniently ("abc" reads as 0, "12x" as 12). This
 /// accepts what a user can mean: an optional sign, decimal, 0x-hex or octal
 /// digits, and one optional k/m/g suffix.
-pub fn check_numeric(name: &str, raw: &str) -> Result<(), String> {
+pub(crate) fn check_numeric(name: &str, raw: &str) -> Result<(), String> {
     let t = raw.trim();
     let body = t.strip_prefix(['-', '+']).unwrap_or(t);
     let body = body
@@ -287,7 +287,7 @@ pub fn check_numeric(name: &str, raw: &str) -> Result<(), String> {
 /// Whether a user-supplied provider name designates `prov` (a libfabric
 /// `prov_name` such as `tcp;ofi_rxm`): it matches the whole name or any of
 /// its `;`-separated layers, case-insensitively.
-pub fn name_matches(item: &str, prov: &str) -> bool {
+pub(crate) fn name_matches(item: &str, prov: &str) -> bool {
     let prov = prov.to_ascii_lowercase();
     prov == item || prov.split(';').any(|layer| layer == item)
 }
@@ -311,7 +311,7 @@ fn rank(prov: &str) -> usize {
 
 /// Picks the index of the provider to use among `candidates` (libfabric
 /// provider names in fi_getinfo order).
-pub fn select_provider(candidates: &[String], s: &Settings) -> Result<usize, String> {
+pub(crate) fn select_provider(candidates: &[String], s: &Settings) -> Result<usize, String> {
     let available = || {
         let mut names: Vec<&str> = candidates.iter().map(|c| c.as_str()).collect();
         names.dedup();

@@ -17,8 +17,8 @@ use crate::matching::Selector;
 use crate::proto::ids::{PeerId, RailId};
 use crate::proto::SendArgs;
 use crate::proto::{Core, CoreConfig, Out, Stats};
-pub use crate::proto::{Event as Completion, ProbeInfo, Status};
-pub use crate::request::MessageHandle;
+pub(crate) use crate::proto::{Event as Completion, ProbeInfo, Status};
+pub(crate) use crate::request::MessageHandle;
 use crate::request::{Cmd, Op, ReqPtr};
 use crate::usermem::UserBuf;
 use crate::wire::{self, RailKind};
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 /// Fatal engine errors reported to the shim.
 #[derive(Debug)]
-pub struct EngineError(pub String);
+pub(crate) struct EngineError(pub(crate) String);
 
 impl From<FiError> for EngineError {
     fn from(e: FiError) -> Self {
@@ -49,12 +49,12 @@ struct State {
     out: Out,
 }
 
-pub struct Engine {
+pub(crate) struct Engine {
     handoff: Handoff<State, Cmd>,
     /// The network provider's name and capabilities.
-    pub provider: String,
-    pub caps: Caps,
-    pub settings: Settings,
+    pub(crate) provider: String,
+    pub(crate) caps: Caps,
+    pub(crate) settings: Settings,
     stats: Arc<Stats>,
     shm_provider: Option<String>,
     rndv_read: bool,
@@ -65,7 +65,7 @@ pub struct Engine {
 impl Engine {
     /// Opens the network provider at `index` of `list` and, if `shm` names
     /// an entry, the shm provider beside it for same-host peers.
-    pub fn open(
+    pub(crate) fn open(
         list: InfoList,
         index: usize,
         shm: Option<usize>,
@@ -112,16 +112,16 @@ impl Engine {
     }
 
     /// The shm provider's name if a shm rail is open.
-    pub fn shm_provider(&self) -> Option<&str> {
+    pub(crate) fn shm_provider(&self) -> Option<&str> {
         self.shm_provider.as_deref()
     }
 
     /// What this rank publishes through the modex.
-    pub fn local_name(&self) -> Result<Vec<u8>, EngineError> {
+    pub(crate) fn local_name(&self) -> Result<Vec<u8>, EngineError> {
         Ok(self.modex.clone())
     }
 
-    pub fn rndv_uses_read(&self) -> bool {
+    pub(crate) fn rndv_uses_read(&self) -> bool {
         self.rndv_read
     }
 
@@ -173,7 +173,7 @@ impl Engine {
     /// Adds (or finds) a peer by process name and published endpoints;
     /// `local` says it runs on this host (Open MPI's locality from the
     /// modex). Returns its handle (index + 1).
-    pub fn add_peer(
+    pub(crate) fn add_peer(
         &self,
         name: u64,
         modex: &[u8],
@@ -198,7 +198,7 @@ impl Engine {
     /// `buf` must be readable for `len` bytes and `req` must point at a
     /// request of our layout, both until the send completes.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn isend(
+    pub(crate) unsafe fn isend(
         &self,
         peer: usize,
         ctx: u32,
@@ -230,7 +230,7 @@ impl Engine {
     /// # Safety
     /// `buf` must be writable for `cap` bytes and `req` must point at a
     /// request of our layout, both until the receive completes.
-    pub unsafe fn irecv(
+    pub(crate) unsafe fn irecv(
         &self,
         sel: Selector,
         buf: *mut u8,
@@ -249,7 +249,7 @@ impl Engine {
     /// # Safety
     /// `msg` must come from `improbe` of this engine and be used once; the
     /// rest as for `irecv`.
-    pub unsafe fn imrecv(
+    pub(crate) unsafe fn imrecv(
         &self,
         msg: MessageHandle,
         buf: *mut u8,
@@ -282,7 +282,7 @@ impl Engine {
     }
 
     /// Iprobe: drives progress, then looks at the unexpected queue.
-    pub fn iprobe(
+    pub(crate) fn iprobe(
         &self,
         sel: Selector,
         out: &mut Vec<Completion>,
@@ -294,7 +294,7 @@ impl Engine {
 
     /// Improbe: like iprobe, but removes the message and returns a handle
     /// for `imrecv`.
-    pub fn improbe(
+    pub(crate) fn improbe(
         &self,
         sel: Selector,
         out: &mut Vec<Completion>,
@@ -306,20 +306,24 @@ impl Engine {
 
     /// Cancels a queued receive. Returns true if it was cancelled (and a
     /// `Cancelled` completion was queued).
-    pub fn cancel(&self, req: ReqPtr, out: &mut Vec<Completion>) -> Result<bool, EngineError> {
+    pub(crate) fn cancel(
+        &self,
+        req: ReqPtr,
+        out: &mut Vec<Completion>,
+    ) -> Result<bool, EngineError> {
         let mut cmd = Cmd::new(Op::Cancel { req });
         self.submit_and_wait(&mut cmd, out)?;
         Ok(cmd.cancelled)
     }
 
     /// Drives the providers once. Returns the number of completions.
-    pub fn progress(&self, out: &mut Vec<Completion>) -> usize {
+    pub(crate) fn progress(&self, out: &mut Vec<Completion>) -> usize {
         self.combine(out, true)
     }
 
     /// Waits (driving progress) until every transfer has finished, or the
-    /// timeout passes.
-    pub fn quiesce(&self, timeout: Duration, out: &mut Vec<Completion>) -> bool {
+    /// timeout passes (then says what is still pending).
+    pub(crate) fn quiesce(&self, timeout: Duration, out: &mut Vec<Completion>) -> bool {
         let start = Instant::now();
         loop {
             let busy = self.handoff.with_token(|st, batch| {
@@ -335,6 +339,9 @@ impl Engine {
                 return true;
             }
             if start.elapsed() > timeout {
+                if let Ok(left) = self.handoff.with_token(|st, _| st.core.leftovers()) {
+                    crate::log::error(&format!("transfers still pending: {left:?}"));
+                }
                 return false;
             }
             std::thread::yield_now();
@@ -342,7 +349,7 @@ impl Engine {
     }
 
     /// One line of counters.
-    pub fn stats_line(&self, rank: i64) -> String {
+    pub(crate) fn stats_line(&self, rank: i64) -> String {
         let s = &self.stats;
         let g = Stats::get;
         format!(

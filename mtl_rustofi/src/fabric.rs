@@ -7,20 +7,20 @@
 //! `engine::Engine::drop`).
 
 use crate::sys;
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 use std::sync::Arc;
 
 /// A libfabric error: the operation that failed and its (positive) errno.
 #[derive(Debug, Clone)]
-pub struct FiError {
+pub(crate) struct FiError {
     pub op: &'static str,
     pub code: i32,
 }
 
 impl FiError {
-    pub fn new(op: &'static str, ret: i64) -> Self {
+    pub(crate) fn new(op: &'static str, ret: i64) -> Self {
         FiError {
             op,
             code: (-ret) as i32,
@@ -41,7 +41,7 @@ impl std::fmt::Display for FiError {
 }
 
 /// `fi_strerror` as an owned string.
-pub fn strerror(code: i32) -> String {
+pub(crate) fn strerror(code: i32) -> String {
     // SAFETY: fi_strerror returns a pointer to a static NUL-terminated string
     // for any input value.
     unsafe { CStr::from_ptr(sys::fi_strerror(code)) }
@@ -70,27 +70,28 @@ fn close_fid(fid: *mut sys::fid, what: &str) {
     }
 }
 
-pub const fn fi_version(major: u32, minor: u32) -> u32 {
+pub(crate) const fn fi_version(major: u32, minor: u32) -> u32 {
     (major << 16) | minor
 }
 
 /// The API version the MTL is written against.
-pub const API_VERSION: u32 = fi_version(1, 9);
+pub(crate) const API_VERSION: u32 = fi_version(1, 9);
 
 /// An owned `fi_info` list (from `fi_getinfo` or `fi_dupinfo`).
-pub struct InfoList {
+pub(crate) struct InfoList {
     head: *mut sys::fi_info,
 }
 
 // SAFETY: an fi_info list is plain heap data with no thread affinity; it is
 // only read through `&self` and freed once in Drop.
 unsafe impl Send for InfoList {}
-// SAFETY: see above; no interior mutability is exposed.
+// SAFETY: `&InfoList` only reads the list (no interior mutability), and
+// libfabric never writes an fi_info after returning it.
 unsafe impl Sync for InfoList {}
 
 /// What the MTL asks of a provider.
 #[derive(Clone, Copy, Debug)]
-pub struct Hints {
+pub(crate) struct Hints {
     pub want_rma: bool,
     /// Ask for FI_PROGRESS_MANUAL (EFA's mode; it also keeps providers
     /// from starting progress threads that compete with the ranks for
@@ -100,7 +101,7 @@ pub struct Hints {
 
 impl Hints {
     /// What to ask for, most capable first.
-    pub const PREFERENCE: [Hints; 4] = [
+    pub(crate) const PREFERENCE: [Hints; 4] = [
         Hints {
             want_rma: true,
             manual_progress: true,
@@ -123,7 +124,7 @@ impl Hints {
 impl InfoList {
     /// Runs `fi_getinfo` for reliable-datagram endpoints with the
     /// capabilities and mode bits the MTL supports.
-    pub fn query(h: Hints) -> Result<InfoList, FiError> {
+    pub(crate) fn query(h: Hints) -> Result<InfoList, FiError> {
         // SAFETY: fi_allocinfo returns a zeroed fi_info with all attribute
         // structs allocated, or NULL.
         let hints = unsafe { sys::fi_allocinfo() };
@@ -147,7 +148,8 @@ impl InfoList {
                 | sys::FI_MR_ALLOCATED
                 | sys::FI_MR_PROV_KEY
                 | sys::FI_MR_ENDPOINT) as c_int;
-            // All libfabric calls are serialised by the engine's lock.
+            // All libfabric calls are made by the progress-token holder,
+            // one thread at a time (CONCURRENCY.md).
             dom.threading = sys::fi_threading_FI_THREAD_DOMAIN;
             dom.resource_mgmt = sys::fi_resource_mgmt_FI_RM_ENABLED;
             if h.manual_progress {
@@ -169,24 +171,23 @@ impl InfoList {
         }
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = Info<'_>> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Info<'_>> {
         let mut cur = self.head;
         std::iter::from_fn(move || {
             if cur.is_null() {
                 return None;
             }
-            // SAFETY: `cur` is a node of the list owned by `self`, alive for
-            // the borrow.
-            let item = Info {
-                raw: unsafe { &*cur },
-            };
+            // SAFETY: `cur` is a non-null node of the list owned by `self`,
+            // alive for the borrow.
+            let raw = unsafe { &*cur };
+            let item = Info { raw };
             cur = item.raw.next;
             Some(item)
         })
     }
 
     /// Copies one entry into a list of its own (for opening it).
-    pub fn dup_one(info: Info<'_>) -> Result<InfoList, FiError> {
+    pub(crate) fn dup_one(info: Info<'_>) -> Result<InfoList, FiError> {
         // SAFETY: `info.raw` is a valid fi_info; fi_dupinfo deep-copies it
         // (including `next`, which we clear on the copy).
         let head = unsafe { sys::fi_dupinfo(info.raw) };
@@ -203,7 +204,7 @@ impl InfoList {
         Ok(InfoList { head })
     }
 
-    pub fn first(&self) -> Option<Info<'_>> {
+    pub(crate) fn first(&self) -> Option<Info<'_>> {
         self.iter().next()
     }
 }
@@ -219,7 +220,7 @@ impl Drop for InfoList {
 
 /// A borrowed entry of an [`InfoList`].
 #[derive(Clone, Copy)]
-pub struct Info<'a> {
+pub(crate) struct Info<'a> {
     raw: &'a sys::fi_info,
 }
 
@@ -234,60 +235,50 @@ fn cstr_or_empty(p: *const std::os::raw::c_char) -> String {
 }
 
 impl<'a> Info<'a> {
-    pub fn provider(&self) -> String {
+    pub(crate) fn provider(&self) -> String {
         // SAFETY: fabric_attr is always allocated in fi_getinfo results.
         cstr_or_empty(unsafe { (*self.raw.fabric_attr).prov_name })
     }
-    pub fn domain_name(&self) -> String {
-        // SAFETY: domain_attr is always allocated in fi_getinfo results.
-        cstr_or_empty(unsafe { (*self.raw.domain_attr).name })
-    }
-    pub fn caps(&self) -> u64 {
+    pub(crate) fn caps(&self) -> u64 {
         self.raw.caps
     }
-    pub fn mode(&self) -> u64 {
-        self.raw.mode
-    }
-    pub fn mr_mode(&self) -> u32 {
-        // SAFETY: see domain_name.
+    pub(crate) fn mr_mode(&self) -> u32 {
+        // SAFETY: domain_attr is always allocated in fi_getinfo results.
         unsafe { (*self.raw.domain_attr).mr_mode as u32 }
     }
-    pub fn max_msg_size(&self) -> usize {
+    pub(crate) fn max_msg_size(&self) -> usize {
         // SAFETY: ep_attr is always allocated in fi_getinfo results.
         unsafe { (*self.raw.ep_attr).max_msg_size }
     }
-    pub fn inject_size(&self) -> usize {
+    pub(crate) fn iov_limit(&self) -> usize {
         // SAFETY: tx_attr is always allocated in fi_getinfo results.
-        unsafe { (*self.raw.tx_attr).inject_size }
-    }
-    pub fn iov_limit(&self) -> usize {
-        // SAFETY: see inject_size.
         unsafe { (*self.raw.tx_attr).iov_limit }
     }
-    pub fn tx_size(&self) -> usize {
-        // SAFETY: see inject_size.
+    pub(crate) fn tx_size(&self) -> usize {
+        // SAFETY: tx_attr is always allocated in fi_getinfo results.
         unsafe { (*self.raw.tx_attr).size }
     }
-    pub fn rx_size(&self) -> usize {
+    pub(crate) fn rx_size(&self) -> usize {
         // SAFETY: rx_attr is always allocated in fi_getinfo results.
         unsafe { (*self.raw.rx_attr).size }
     }
-    pub fn raw(&self) -> *mut sys::fi_info {
+    pub(crate) fn raw(&self) -> *mut sys::fi_info {
         self.raw as *const sys::fi_info as *mut sys::fi_info
     }
 }
 
-pub struct Fabric {
+pub(crate) struct Fabric {
     raw: *mut sys::fid_fabric,
 }
 // SAFETY: the fabric handle is only used to open a domain and to close it;
 // libfabric fabric objects are thread-safe for those calls.
 unsafe impl Send for Fabric {}
-// SAFETY: see above.
+// SAFETY: as for Send: the shared handle is only used for fi_domain and
+// fi_close, which libfabric allows from any thread.
 unsafe impl Sync for Fabric {}
 
 impl Fabric {
-    pub fn open(info: Info<'_>) -> Result<Arc<Fabric>, FiError> {
+    pub(crate) fn open(info: Info<'_>) -> Result<Arc<Fabric>, FiError> {
         let mut raw = ptr::null_mut();
         // SAFETY: fabric_attr comes from a valid fi_info; `raw` receives the handle.
         check("fi_fabric", unsafe {
@@ -302,18 +293,21 @@ impl Drop for Fabric {
     }
 }
 
-pub struct Domain {
+pub(crate) struct Domain {
     raw: *mut sys::fid_domain,
     _fabric: Arc<Fabric>,
 }
-// SAFETY: all calls on the domain and its children are serialised by the
-// engine's lock (FI_THREAD_DOMAIN); the handle itself may move between threads.
+// SAFETY: the handle has no thread affinity and may move between threads;
+// every call on the domain and its children is made by the holder of the
+// progress token (see CONCURRENCY.md), one thread at a time, which is all
+// FI_THREAD_DOMAIN asks.
 unsafe impl Send for Domain {}
-// SAFETY: see above.
+// SAFETY: `&Domain` reaches other threads, but only the progress-token
+// holder calls libfabric through it, as for Send.
 unsafe impl Sync for Domain {}
 
 impl Domain {
-    pub fn open(fabric: &Arc<Fabric>, info: Info<'_>) -> Result<Arc<Domain>, FiError> {
+    pub(crate) fn open(fabric: &Arc<Fabric>, info: Info<'_>) -> Result<Arc<Domain>, FiError> {
         let mut raw = ptr::null_mut();
         // SAFETY: `fabric.raw` is live (we hold an Arc); info is valid.
         check("fi_domain", unsafe {
@@ -331,28 +325,29 @@ impl Drop for Domain {
     }
 }
 
-pub struct CompletionQueue {
+pub(crate) struct CompletionQueue {
     raw: *mut sys::fid_cq,
     _domain: Arc<Domain>,
 }
-// SAFETY: serialised by the engine's lock, as for Domain.
+// SAFETY: as for Domain: no thread affinity, and only the progress-token
+// holder calls libfabric through it, one thread at a time.
 unsafe impl Send for CompletionQueue {}
-// SAFETY: see above.
+// SAFETY: as for Domain: shared references are only used for libfabric
+// calls by the progress-token holder.
 unsafe impl Sync for CompletionQueue {}
 
 /// One completion read from the CQ.
-pub type CqEntry = sys::fi_cq_tagged_entry;
+pub(crate) type CqEntry = sys::fi_cq_tagged_entry;
 
 /// Outcome of a CQ error read.
-pub struct CqError {
+pub(crate) struct CqError {
     pub context: *mut c_void,
-    pub flags: u64,
     pub err: i32,
     pub message: String,
 }
 
 impl CompletionQueue {
-    pub fn open(domain: &Arc<Domain>, size: usize) -> Result<Arc<CompletionQueue>, FiError> {
+    pub(crate) fn open(domain: &Arc<Domain>, size: usize) -> Result<Arc<CompletionQueue>, FiError> {
         let mut attr = sys::fi_cq_attr {
             size,
             format: sys::fi_cq_format_FI_CQ_FORMAT_TAGGED,
@@ -373,7 +368,7 @@ impl CompletionQueue {
     /// Reads up to `buf.len()` completions. Ok(n) with n >= 0; Err(true) if
     /// an error entry is waiting (read it with `read_error`); Err(false) for
     /// any other failure.
-    pub fn read(&self, buf: &mut [CqEntry]) -> Result<usize, i64> {
+    pub(crate) fn read(&self, buf: &mut [CqEntry]) -> Result<usize, i64> {
         // SAFETY: `buf` is a writable array of `buf.len()` tagged entries,
         // matching the CQ's FI_CQ_FORMAT_TAGGED.
         let r = unsafe { sys::fi_cq_read(self.raw, buf.as_mut_ptr() as *mut c_void, buf.len()) };
@@ -386,12 +381,7 @@ impl CompletionQueue {
         }
     }
 
-    /// The raw handle, for progress-only reads.
-    pub fn raw_handle(&self) -> *mut sys::fid_cq {
-        self.raw
-    }
-
-    pub fn read_error(&self) -> Option<CqError> {
+    pub(crate) fn read_error(&self) -> Option<CqError> {
         let mut e = sys::fi_cq_err_entry::default();
         // SAFETY: `e` is a zeroed error entry (err_data_size 0 asks for the
         // provider's own err_data buffer).
@@ -414,7 +404,6 @@ impl CompletionQueue {
         };
         Some(CqError {
             context: e.op_context,
-            flags: e.flags,
             err: e.err,
             message: format!("{} ({})", strerror(e.err), msg),
         })
@@ -426,17 +415,19 @@ impl Drop for CompletionQueue {
     }
 }
 
-pub struct AddressVector {
+pub(crate) struct AddressVector {
     raw: *mut sys::fid_av,
     _domain: Arc<Domain>,
 }
-// SAFETY: serialised by the engine's lock, as for Domain.
+// SAFETY: as for Domain: no thread affinity, and only the progress-token
+// holder calls libfabric through it, one thread at a time.
 unsafe impl Send for AddressVector {}
-// SAFETY: see above.
+// SAFETY: as for Domain: shared references are only used for libfabric
+// calls by the progress-token holder.
 unsafe impl Sync for AddressVector {}
 
 impl AddressVector {
-    pub fn open(domain: &Arc<Domain>) -> Result<Arc<AddressVector>, FiError> {
+    pub(crate) fn open(domain: &Arc<Domain>) -> Result<Arc<AddressVector>, FiError> {
         let mut attr = sys::fi_av_attr {
             type_: sys::fi_av_type_FI_AV_UNSPEC,
             ..Default::default()
@@ -453,7 +444,7 @@ impl AddressVector {
     }
 
     /// Inserts one endpoint name and returns its fi_addr.
-    pub fn insert(&self, name: &[u8]) -> Result<u64, FiError> {
+    pub(crate) fn insert(&self, name: &[u8]) -> Result<u64, FiError> {
         let mut addr: sys::fi_addr_t = 0;
         // SAFETY: `name` is a readable endpoint name of its length; one
         // address is inserted and written to `addr`.
@@ -480,15 +471,6 @@ impl AddressVector {
             ))
         }
     }
-
-    pub fn remove(&self, addr: u64) {
-        let mut a = addr;
-        // SAFETY: removes one address previously returned by insert.
-        let r = unsafe { sys::fi_av_remove(self.raw, &mut a, 1, 0) };
-        if r != 0 {
-            tracing::debug!("fi_av_remove failed: {}", strerror(-r));
-        }
-    }
 }
 impl Drop for AddressVector {
     fn drop(&mut self) {
@@ -496,21 +478,23 @@ impl Drop for AddressVector {
     }
 }
 
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     raw: *mut sys::fid_ep,
     _cq: Arc<CompletionQueue>,
     _av: Arc<AddressVector>,
     _domain: Arc<Domain>,
 }
-// SAFETY: serialised by the engine's lock, as for Domain.
+// SAFETY: as for Domain: no thread affinity, and only the progress-token
+// holder calls libfabric through it, one thread at a time.
 unsafe impl Send for Endpoint {}
-// SAFETY: see above.
+// SAFETY: as for Domain: shared references are only used for libfabric
+// calls by the progress-token holder.
 unsafe impl Sync for Endpoint {}
 
 impl Endpoint {
     /// Opens an endpoint, binds one CQ for transmit and receive and the AV,
     /// and enables it.
-    pub fn open(
+    pub(crate) fn open(
         domain: &Arc<Domain>,
         info: Info<'_>,
         cq: &Arc<CompletionQueue>,
@@ -547,7 +531,7 @@ impl Endpoint {
     }
 
     /// The endpoint's own address, to publish through the modex.
-    pub fn name(&self) -> Result<Vec<u8>, FiError> {
+    pub(crate) fn name(&self) -> Result<Vec<u8>, FiError> {
         let mut buf = vec![0u8; 256];
         let mut len = buf.len();
         // SAFETY: `buf` is writable for `len` bytes; fi_getname updates len.
@@ -574,7 +558,7 @@ impl Endpoint {
         Ok(buf)
     }
 
-    pub fn raw(&self) -> *mut sys::fid_ep {
+    pub(crate) fn raw(&self) -> *mut sys::fid_ep {
         self.raw
     }
 }
@@ -585,13 +569,15 @@ impl Drop for Endpoint {
 }
 
 /// A registered memory region.
-pub struct MemoryRegion {
+pub(crate) struct MemoryRegion {
     raw: *mut sys::fid_mr,
     _domain: Arc<Domain>,
 }
-// SAFETY: serialised by the engine's lock, as for Domain.
+// SAFETY: as for Domain: no thread affinity, and only the progress-token
+// holder calls libfabric through it, one thread at a time.
 unsafe impl Send for MemoryRegion {}
-// SAFETY: see above.
+// SAFETY: as for Domain: shared references are only used for libfabric
+// calls by the progress-token holder.
 unsafe impl Sync for MemoryRegion {}
 
 impl MemoryRegion {
@@ -600,7 +586,7 @@ impl MemoryRegion {
     ///
     /// # Safety
     /// The memory must stay valid until the region is dropped.
-    pub unsafe fn register(
+    pub(crate) unsafe fn register(
         domain: &Arc<Domain>,
         addr: *const u8,
         len: usize,
@@ -640,12 +626,12 @@ impl MemoryRegion {
         Ok(mr)
     }
 
-    pub fn desc(&self) -> *mut c_void {
+    pub(crate) fn desc(&self) -> *mut c_void {
         // SAFETY: the MR is live.
         unsafe { sys::fi_mr_desc(self.raw) }
     }
 
-    pub fn key(&self) -> u64 {
+    pub(crate) fn key(&self) -> u64 {
         // SAFETY: the MR is live.
         unsafe { sys::fi_mr_key(self.raw) }
     }
@@ -654,9 +640,4 @@ impl Drop for MemoryRegion {
     fn drop(&mut self) {
         close_fid(self.raw as *mut sys::fid, "mr");
     }
-}
-
-/// Copies a Rust string into a C string, replacing interior NULs.
-pub fn c_string(s: &str) -> CString {
-    CString::new(s.replace('\0', " ")).unwrap_or_default()
 }

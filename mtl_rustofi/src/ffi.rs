@@ -9,7 +9,7 @@ use crate::config::{self, RawParams};
 use crate::engine::{Completion, Engine, MessageHandle, ProbeInfo, Status};
 use crate::fabric::{Hints, InfoList};
 use crate::matching::Selector;
-use crate::request::{ReqPtr, Request, RustofiReqHead, REQUEST_EXTRA};
+use crate::request::{MtlRequest, ReqPtr, Request, RustofiReqHead, REQUEST_EXTRA};
 use std::cell::RefCell;
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int, c_void};
@@ -103,7 +103,8 @@ fn component() -> Option<&'static Component> {
 }
 
 /// Runs an engine operation, then delivers the completions it produced
-/// with the engine lock released.
+/// once the progress token has been released (a callback may start new
+/// operations).
 fn with_engine(what: &str, f: impl FnOnce(&Engine, &mut Vec<Completion>) -> c_int) -> c_int {
     guard(what, || {
         let Some(c) = component() else {
@@ -177,12 +178,6 @@ pub extern "C" fn rustofi_request_extra() -> usize {
     REQUEST_EXTRA
 }
 
-/// Size of the C-visible request head, for the shim's layout assertion.
-#[no_mangle]
-pub extern "C" fn rustofi_request_head_size() -> usize {
-    std::mem::size_of::<RustofiReqHead>()
-}
-
 /// Validates the parameters, selects a provider and opens it. Returns 0 on
 /// success and 1 if the component declines (the reason is printed when it
 /// comes from the user's settings, or with `verbose`).
@@ -195,7 +190,8 @@ pub unsafe extern "C" fn rustofi_init(
     cb: *const RustofiCallbacks,
 ) -> c_int {
     guard("rustofi_init", || {
-        // SAFETY: per the function contract.
+        // SAFETY: the contract says both point to valid structures; they
+        // are read here during the call only (the callbacks are copied).
         let (cfg, cb) = unsafe { (&*cfg, *cb) };
         let raw = RawParams {
             include: opt_str(cfg.provider_include),
@@ -369,13 +365,15 @@ fn set_env(var: &str, value: &str) {
 pub unsafe extern "C" fn rustofi_endpoint_name(buf: *mut u8, len: *mut usize) -> c_int {
     with_engine("rustofi_endpoint_name", |e, _| match e.local_name() {
         Ok(name) => {
-            // SAFETY: per the function contract.
+            // SAFETY: the contract says `len` is a valid pointer.
             let cap = unsafe { *len };
             if name.len() > cap {
                 crate::log::error("endpoint name larger than the shim's buffer");
                 return ERR;
             }
-            // SAFETY: checked the capacity above.
+            // SAFETY: `buf` is writable for `cap` bytes (the contract) and
+            // `name.len() <= cap` was checked above; `len` is valid. A Vec
+            // of ours cannot overlap the caller's buffer.
             unsafe {
                 ptr::copy_nonoverlapping(name.as_ptr(), buf, name.len());
                 *len = name.len();
@@ -420,7 +418,8 @@ pub unsafe extern "C" fn rustofi_add_peer(
 ) -> usize {
     let mut handle = 0usize;
     let r = with_engine("rustofi_add_peer", |e, out| {
-        // SAFETY: per the function contract.
+        // SAFETY: the contract says `addr` is readable for `len` bytes; the
+        // slice does not outlive this call (add_peer copies what it keeps).
         let bytes = unsafe { std::slice::from_raw_parts(addr, len) };
         match e.add_peer(name, bytes, local, out) {
             Ok(h) => {
@@ -548,7 +547,7 @@ pub unsafe extern "C" fn rustofi_iprobe(
     with_engine("rustofi_iprobe", |e, out| {
         match e.iprobe(Selector::from_mpi(ctx, src, tag), out) {
             Ok(found) => {
-                // SAFETY: per the function contract.
+                // SAFETY: the contract says `flag` is a valid pointer.
                 unsafe { *flag = found.is_some() as c_int };
                 if let Some(p) = found {
                     fill_status(status, &p);
@@ -579,14 +578,14 @@ pub unsafe extern "C" fn rustofi_improbe(
     with_engine("rustofi_improbe", |e, out| {
         match e.improbe(Selector::from_mpi(ctx, src, tag), out) {
             Ok(found) => {
-                // SAFETY: per the function contract.
+                // SAFETY: the contract says `flag` and `msg` are valid.
                 unsafe {
                     *flag = found.is_some() as c_int;
                     *msg = ptr::null_mut();
                 }
                 if let Some((p, h)) = found {
                     fill_status(status, &p);
-                    // SAFETY: per the function contract.
+                    // SAFETY: `msg` is valid, as above.
                     unsafe { *msg = h.0 };
                 }
                 0
@@ -612,7 +611,8 @@ pub unsafe extern "C" fn rustofi_imrecv(
     req: *mut RustofiReqHead,
 ) -> c_int {
     with_engine("rustofi_imrecv", |e, out| {
-        // SAFETY: per the function contract.
+        // SAFETY: forwarded from this function's contract: `msg` came from
+        // rustofi_improbe and is used once; `buf` and `req` as for irecv.
         report(unsafe {
             e.imrecv(
                 MessageHandle(msg),
@@ -677,3 +677,118 @@ pub const STATUS_FAILED: c_int = 2;
 const _: () = assert!(STATUS_OK == Status::Ok as c_int);
 const _: () = assert!(STATUS_TRUNCATED == Status::Truncated as c_int);
 const _: () = assert!(STATUS_FAILED == Status::Failed as c_int);
+
+// ---------------------------------------------------------------------
+// Layout of the structs shared with C, field by field.
+//
+// The `RUSTOFI_LAYOUT_*` numbers are byte offsets and sizes on the LP64
+// targets the component is built for (x86_64, aarch64). The const
+// assertions below hold Rust's `#[repr(C)]` layout to them; they reach the
+// shim through the cbindgen header, where `_Static_assert`s hold the C
+// compiler's layout of that header to the same numbers, and also Open MPI's
+// own `mca_mtl_request_t` (mirrored by `MtlRequest`) and the
+// `ompi_status_public_t` fields the shim copies `RustofiStatus` and the
+// receive callback's arguments into. A change on either side fails the
+// build instead of corrupting memory.
+
+/// Offsets and size of `MtlRequest`, Open MPI's `mca_mtl_request_t`.
+pub const RUSTOFI_LAYOUT_MTL_REQUEST_OMPI_REQ: usize = 0;
+pub const RUSTOFI_LAYOUT_MTL_REQUEST_COMPLETION_CALLBACK: usize = 8;
+pub const RUSTOFI_LAYOUT_MTL_REQUEST_SIZE: usize = 16;
+/// Offsets and size of `RustofiReqHead` (starts with the `mca_mtl_request_t`).
+pub const RUSTOFI_LAYOUT_REQ_HEAD_MTL: usize = 0;
+pub const RUSTOFI_LAYOUT_REQ_HEAD_CONVERTOR: usize = 16;
+pub const RUSTOFI_LAYOUT_REQ_HEAD_BUFFER: usize = 24;
+pub const RUSTOFI_LAYOUT_REQ_HEAD_LENGTH: usize = 32;
+pub const RUSTOFI_LAYOUT_REQ_HEAD_FREE_AFTER: usize = 40;
+pub const RUSTOFI_LAYOUT_REQ_HEAD_SIZE: usize = 48;
+/// Offsets and size of `RustofiStatus`.
+pub const RUSTOFI_LAYOUT_STATUS_SOURCE: usize = 0;
+pub const RUSTOFI_LAYOUT_STATUS_TAG: usize = 4;
+pub const RUSTOFI_LAYOUT_STATUS_COUNT: usize = 8;
+pub const RUSTOFI_LAYOUT_STATUS_SIZE: usize = 16;
+/// Offsets and size of `RustofiCallbacks`.
+pub const RUSTOFI_LAYOUT_CALLBACKS_RECV_COMPLETE: usize = 0;
+pub const RUSTOFI_LAYOUT_CALLBACKS_SEND_COMPLETE: usize = 8;
+pub const RUSTOFI_LAYOUT_CALLBACKS_CANCEL_COMPLETE: usize = 16;
+pub const RUSTOFI_LAYOUT_CALLBACKS_SIZE: usize = 24;
+/// Offsets and size of `RustofiConfig`.
+pub const RUSTOFI_LAYOUT_CONFIG_PROVIDER_INCLUDE: usize = 0;
+pub const RUSTOFI_LAYOUT_CONFIG_INCLUDE_SET: usize = 8;
+pub const RUSTOFI_LAYOUT_CONFIG_PROVIDER_EXCLUDE: usize = 16;
+pub const RUSTOFI_LAYOUT_CONFIG_EXCLUDE_SET: usize = 24;
+pub const RUSTOFI_LAYOUT_CONFIG_EAGER_LIMIT: usize = 32;
+pub const RUSTOFI_LAYOUT_CONFIG_RNDV_PROTOCOL: usize = 40;
+pub const RUSTOFI_LAYOUT_CONFIG_RNDV_CHUNK_SIZE: usize = 48;
+pub const RUSTOFI_LAYOUT_CONFIG_RX_BUFFERS: usize = 56;
+pub const RUSTOFI_LAYOUT_CONFIG_VERBOSE: usize = 64;
+pub const RUSTOFI_LAYOUT_CONFIG_FAULT_INJECT: usize = 72;
+pub const RUSTOFI_LAYOUT_CONFIG_SHM: usize = 80;
+pub const RUSTOFI_LAYOUT_CONFIG_COALESCE: usize = 88;
+pub const RUSTOFI_LAYOUT_CONFIG_NAMED: usize = 96;
+pub const RUSTOFI_LAYOUT_CONFIG_MY_NAME: usize = 104;
+pub const RUSTOFI_LAYOUT_CONFIG_RANK: usize = 112;
+pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 120;
+
+/// Asserts at compile time that `$ty` has size `$size` and each listed
+/// field has the given offset and size (every field must be listed: the
+/// field sizes must add up to the struct's size less its padding, which
+/// `$pad` states).
+macro_rules! assert_layout {
+    ($ty:ty, size $size:expr, pad $pad:expr; $($field:ident: $fty:ty = $off:expr),+ $(,)?) => {
+        const _: () = assert!(std::mem::size_of::<$ty>() == $size);
+        const _: () = assert!(0 $(+ std::mem::size_of::<$fty>())+ + $pad == $size);
+        $(
+            const _: () = assert!(memoffset::offset_of!($ty, $field) == $off);
+            const _: () = {
+                // The field's declared type is `$fty` (a type mismatch fails
+                // to compile).
+                let _: fn(&$ty) -> &$fty = |v| &v.$field;
+            };
+        )+
+    };
+}
+
+type RecvCb = Option<unsafe extern "C" fn(*mut RustofiReqHead, i32, i32, usize, c_int)>;
+type SendCb = Option<unsafe extern "C" fn(*mut RustofiReqHead, c_int)>;
+type CancelCb = Option<unsafe extern "C" fn(*mut RustofiReqHead)>;
+
+assert_layout!(MtlRequest, size RUSTOFI_LAYOUT_MTL_REQUEST_SIZE, pad 0;
+    ompi_req: *mut c_void = RUSTOFI_LAYOUT_MTL_REQUEST_OMPI_REQ,
+    completion_callback: Option<unsafe extern "C" fn(*mut MtlRequest)> =
+        RUSTOFI_LAYOUT_MTL_REQUEST_COMPLETION_CALLBACK,
+);
+assert_layout!(RustofiReqHead, size RUSTOFI_LAYOUT_REQ_HEAD_SIZE, pad 7;
+    mtl: MtlRequest = RUSTOFI_LAYOUT_REQ_HEAD_MTL,
+    convertor: *mut c_void = RUSTOFI_LAYOUT_REQ_HEAD_CONVERTOR,
+    buffer: *mut c_void = RUSTOFI_LAYOUT_REQ_HEAD_BUFFER,
+    length: usize = RUSTOFI_LAYOUT_REQ_HEAD_LENGTH,
+    free_after: bool = RUSTOFI_LAYOUT_REQ_HEAD_FREE_AFTER,
+);
+assert_layout!(RustofiStatus, size RUSTOFI_LAYOUT_STATUS_SIZE, pad 0;
+    source: i32 = RUSTOFI_LAYOUT_STATUS_SOURCE,
+    tag: i32 = RUSTOFI_LAYOUT_STATUS_TAG,
+    count: u64 = RUSTOFI_LAYOUT_STATUS_COUNT,
+);
+assert_layout!(RustofiCallbacks, size RUSTOFI_LAYOUT_CALLBACKS_SIZE, pad 0;
+    recv_complete: RecvCb = RUSTOFI_LAYOUT_CALLBACKS_RECV_COMPLETE,
+    send_complete: SendCb = RUSTOFI_LAYOUT_CALLBACKS_SEND_COMPLETE,
+    cancel_complete: CancelCb = RUSTOFI_LAYOUT_CALLBACKS_CANCEL_COMPLETE,
+);
+assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 21;
+    provider_include: *const c_char = RUSTOFI_LAYOUT_CONFIG_PROVIDER_INCLUDE,
+    include_set: bool = RUSTOFI_LAYOUT_CONFIG_INCLUDE_SET,
+    provider_exclude: *const c_char = RUSTOFI_LAYOUT_CONFIG_PROVIDER_EXCLUDE,
+    exclude_set: bool = RUSTOFI_LAYOUT_CONFIG_EXCLUDE_SET,
+    eager_limit: i64 = RUSTOFI_LAYOUT_CONFIG_EAGER_LIMIT,
+    rndv_protocol: *const c_char = RUSTOFI_LAYOUT_CONFIG_RNDV_PROTOCOL,
+    rndv_chunk_size: i64 = RUSTOFI_LAYOUT_CONFIG_RNDV_CHUNK_SIZE,
+    rx_buffers: i64 = RUSTOFI_LAYOUT_CONFIG_RX_BUFFERS,
+    verbose: i64 = RUSTOFI_LAYOUT_CONFIG_VERBOSE,
+    fault_inject: *const c_char = RUSTOFI_LAYOUT_CONFIG_FAULT_INJECT,
+    shm: *const c_char = RUSTOFI_LAYOUT_CONFIG_SHM,
+    coalesce: i64 = RUSTOFI_LAYOUT_CONFIG_COALESCE,
+    named: bool = RUSTOFI_LAYOUT_CONFIG_NAMED,
+    my_name: u64 = RUSTOFI_LAYOUT_CONFIG_MY_NAME,
+    rank: i64 = RUSTOFI_LAYOUT_CONFIG_RANK,
+);

@@ -17,9 +17,9 @@ use crate::sync::{AtomicBool, Ordering, UnsafeCell};
 
 /// The handoff has been poisoned by a panic of an earlier holder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Poisoned;
+pub(crate) struct Poisoned;
 
-pub struct Handoff<S, N> {
+pub(crate) struct Handoff<S, N> {
     state: UnsafeCell<S>,
     inbox: Inbox<N>,
     token: Token,
@@ -35,7 +35,7 @@ unsafe impl<S: Send, N> Sync for Handoff<S, N> {}
 unsafe impl<S: Send, N> Send for Handoff<S, N> {}
 
 impl<S, N: Linked> Handoff<S, N> {
-    pub fn new(state: S) -> Self {
+    pub(crate) fn new(state: S) -> Self {
         Handoff {
             state: UnsafeCell::new(state),
             inbox: Inbox::new(),
@@ -44,7 +44,7 @@ impl<S, N: Linked> Handoff<S, N> {
         }
     }
 
-    pub fn check(&self) -> Result<(), Poisoned> {
+    pub(crate) fn check(&self) -> Result<(), Poisoned> {
         if self.poisoned.load(Ordering::Acquire) {
             Err(Poisoned)
         } else {
@@ -57,7 +57,7 @@ impl<S, N: Linked> Handoff<S, N> {
     /// # Safety
     /// `node` must stay valid and untouched until it has been applied (the
     /// `apply` function of whichever `combine` takes it says when).
-    pub unsafe fn push(&self, node: *mut N) -> Result<(), Poisoned> {
+    pub(crate) unsafe fn push(&self, node: *mut N) -> Result<(), Poisoned> {
         self.check()?;
         // SAFETY: per the function contract.
         unsafe { self.inbox.push(node) };
@@ -67,7 +67,7 @@ impl<S, N: Linked> Handoff<S, N> {
     /// If the token is free: takes it, runs `work` with the state and the
     /// queued commands, releases it; again while commands were queued
     /// meanwhile. Returns at once if another thread holds the token.
-    pub fn combine(&self, mut work: impl FnMut(&mut S, Batch<N>)) {
+    pub(crate) fn combine(&self, mut work: impl FnMut(&mut S, Batch<N>)) {
         while !self.poisoned.load(Ordering::Acquire) && self.token.try_acquire() {
             {
                 let _holder = Holder(self);
@@ -86,7 +86,10 @@ impl<S, N: Linked> Handoff<S, N> {
     /// Runs `f` as the token holder, spinning until the token is free.
     /// Queued commands are handed to `f` too. Only for rare operations off
     /// the data path (peer setup, finalize).
-    pub fn with_token<R>(&self, f: impl FnOnce(&mut S, Batch<N>) -> R) -> Result<R, Poisoned> {
+    pub(crate) fn with_token<R>(
+        &self,
+        f: impl FnOnce(&mut S, Batch<N>) -> R,
+    ) -> Result<R, Poisoned> {
         loop {
             self.check()?;
             if self.token.try_acquire() {
@@ -104,12 +107,12 @@ impl<S, N: Linked> Handoff<S, N> {
         }
     }
 
-    pub fn inbox_is_empty(&self) -> bool {
+    pub(crate) fn inbox_is_empty(&self) -> bool {
         self.inbox.is_empty()
     }
 
     /// The state, for its owner once no other thread can reach it.
-    pub fn with_state_mut<R>(&mut self, f: impl FnOnce(&mut S) -> R) -> R {
+    pub(crate) fn with_state_mut<R>(&mut self, f: impl FnOnce(&mut S) -> R) -> R {
         self.state.with_mut(|s| {
             // SAFETY: `&mut self` excludes every other access.
             f(unsafe { &mut *s })

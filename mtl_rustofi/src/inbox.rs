@@ -22,18 +22,19 @@ use std::ptr;
 ///
 /// # Safety
 /// `link` must always return the same field of the node.
-pub unsafe trait Linked: Sized {
+pub(crate) unsafe trait Linked: Sized {
     fn link(&self) -> &AtomicPtr<Self>;
 }
 
-pub struct Inbox<N> {
+pub(crate) struct Inbox<N> {
     head: AtomicPtr<N>,
 }
 
 // SAFETY: the inbox only moves raw node pointers between threads; the
 // nodes' owners guarantee they stay valid while queued (see `push`).
 unsafe impl<N> Send for Inbox<N> {}
-// SAFETY: as above; all shared access goes through atomics.
+// SAFETY: `&Inbox` only reaches `head` through atomic operations; the
+// nodes behind it are governed by `push`'s contract, as for Send.
 unsafe impl<N> Sync for Inbox<N> {}
 
 impl<N: Linked> Default for Inbox<N> {
@@ -43,7 +44,7 @@ impl<N: Linked> Default for Inbox<N> {
 }
 
 impl<N: Linked> Inbox<N> {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Inbox {
             head: AtomicPtr::new(ptr::null_mut()),
         }
@@ -55,7 +56,7 @@ impl<N: Linked> Inbox<N> {
     /// `node` must be valid, not already queued, and stay valid (and not be
     /// written by anyone else) until the consumer has taken it from the
     /// batch returned by `take_all`.
-    pub unsafe fn push(&self, node: *mut N) {
+    pub(crate) unsafe fn push(&self, node: *mut N) {
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             // SAFETY: per the contract the node is ours until published.
@@ -71,7 +72,7 @@ impl<N: Linked> Inbox<N> {
     }
 
     /// Takes every queued node, oldest first.
-    pub fn take_all(&self) -> Batch<N> {
+    pub(crate) fn take_all(&self) -> Batch<N> {
         // An empty inbox (the common case when polling) costs a load, not
         // a locked swap; a push racing with it is seen by the holder's
         // re-check after releasing the token, as with an empty swap.
@@ -87,7 +88,8 @@ impl<N: Linked> Inbox<N> {
             // SAFETY: nodes in a taken batch are owned by the consumer
             // (push's contract keeps them valid).
             let next = unsafe { (*cur).link().load(Ordering::Relaxed) };
-            // SAFETY: as above.
+            // SAFETY: `cur` is still a valid node owned by the consumer;
+            // no producer links to it any more (it left the stack).
             unsafe { (*cur).link().store(fifo, Ordering::Relaxed) };
             fifo = cur;
             cur = next;
@@ -95,7 +97,7 @@ impl<N: Linked> Inbox<N> {
         Batch { next: fifo }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.head.load(Ordering::SeqCst).is_null()
     }
 }
@@ -103,7 +105,7 @@ impl<N: Linked> Inbox<N> {
 /// Nodes taken from an inbox, in push order. Each node's link is read
 /// before the node is handed out, so the consumer may complete (and so
 /// release) a node as soon as it gets it.
-pub struct Batch<N> {
+pub(crate) struct Batch<N> {
     next: *mut N,
 }
 
@@ -122,7 +124,7 @@ impl<N: Linked> Iterator for Batch<N> {
 }
 
 /// The progress token.
-pub struct Token {
+pub(crate) struct Token {
     busy: AtomicBool,
 }
 
@@ -133,21 +135,21 @@ impl Default for Token {
 }
 
 impl Token {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Token {
             busy: AtomicBool::new(false),
         }
     }
 
     /// Takes the token if it is free; never waits.
-    pub fn try_acquire(&self) -> bool {
+    pub(crate) fn try_acquire(&self) -> bool {
         self.busy
             .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
             .is_ok()
     }
 
     /// Releases the token (only its holder may call this).
-    pub fn release(&self) {
+    pub(crate) fn release(&self) {
         self.busy.store(false, Ordering::SeqCst);
     }
 }

@@ -28,12 +28,12 @@ fn line(text: String) {
 }
 
 /// An error the user should see (always printed).
-pub fn error(msg: &str) {
+pub(crate) fn error(msg: &str) {
     line(format!("{} mtl_rustofi: error: {msg}\n", prefix()));
     tracing::error!("{msg}");
 }
 
 /// An informational line (printed by callers that checked `verbose`).
-pub fn info(msg: &str) {
+pub(crate) fn info(msg: &str) {
     line(format!("{msg}\n"));
 }

@@ -19,7 +19,7 @@ use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 
 /// Reordering buffer for the messages coming from one peer.
-pub struct Reorder<T> {
+pub(crate) struct Reorder<T> {
     expected: u32,
     held: HashMap<u32, T>,
 }
@@ -32,7 +32,7 @@ impl<T> Default for Reorder<T> {
 
 impl<T> Reorder<T> {
     /// Creates an empty buffer expecting sequence number 0 first.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Reorder {
             expected: 0,
             held: HashMap::new(),
@@ -48,7 +48,7 @@ impl<T> Reorder<T> {
     /// expected one (`(seq.wrapping_sub(expected) as i32) < 0`), or that
     /// repeats an already held sequence number, is a duplicate and is
     /// returned as `Err(item)` without changing any state.
-    pub fn accept(&mut self, seq: u32, item: T, out: &mut Vec<T>) -> Result<(), T> {
+    pub(crate) fn accept(&mut self, seq: u32, item: T, out: &mut Vec<T>) -> Result<(), T> {
         if seq == self.expected {
             out.push(item);
             self.expected = self.expected.wrapping_add(1);
@@ -74,7 +74,7 @@ impl<T> Reorder<T> {
     /// true (the caller delivers the item itself, nothing is allocated);
     /// otherwise returns false and changes nothing, and the caller goes
     /// through [`accept`](Self::accept).
-    pub fn take_in_order(&mut self, seq: u32) -> bool {
+    pub(crate) fn take_in_order(&mut self, seq: u32) -> bool {
         if seq == self.expected && self.held.is_empty() {
             self.expected = self.expected.wrapping_add(1);
             true
@@ -92,12 +92,13 @@ impl<T> Reorder<T> {
     }
 
     /// Number of items held while waiting for an earlier sequence number.
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.held.len()
     }
 
     /// The next sequence number that will be delivered.
-    pub fn expected(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn expected(&self) -> u32 {
         self.expected
     }
 }

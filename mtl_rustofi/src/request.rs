@@ -39,26 +39,26 @@ pub struct RustofiReqHead {
 /// Rust-only state of a request; valid between the start of an operation
 /// and its completion.
 #[repr(C)]
-pub struct ReqState {
+pub(crate) struct ReqState {
     /// Ticket of the receive in the matcher's posted queue, if it was
     /// queued (a stale ticket is harmless: the matcher never reuses one).
-    pub post_id: Option<PostId>,
+    pub(crate) post_id: Option<PostId>,
     /// The command that starts this request, queued in the engine's inbox.
-    pub cmd: Cmd,
+    pub(crate) cmd: Cmd,
 }
 
 /// An unexpected message taken by a matched probe, as the shim holds it:
 /// the core's message id plus one (never null).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MessageHandle(pub *mut c_void);
+pub(crate) struct MessageHandle(pub(crate) *mut c_void);
 
 impl MessageHandle {
-    pub fn from_id(id: MsgId) -> MessageHandle {
+    pub(crate) fn from_id(id: MsgId) -> MessageHandle {
         MessageHandle((id.0 as usize + 1) as *mut c_void)
     }
 
     /// The message id, or None for a handle this engine never made.
-    pub fn id(self) -> Option<MsgId> {
+    pub(crate) fn id(self) -> Option<MsgId> {
         (self.0 as usize)
             .checked_sub(1)
             .and_then(|i| u32::try_from(i).ok())
@@ -69,7 +69,7 @@ impl MessageHandle {
 /// Work handed to the engine. Applied by whichever thread holds the
 /// progress token.
 #[derive(Clone, Copy, Debug)]
-pub enum Op {
+pub(crate) enum Op {
     Send {
         peer: PeerId,
         ctx: u32,
@@ -102,14 +102,14 @@ pub enum Op {
 /// A command node of the engine's inbox. Send and receive commands live in
 /// their request; cancel and probe commands on the caller's stack (the
 /// caller waits for `done`).
-pub struct Cmd {
+pub(crate) struct Cmd {
     link: AtomicPtr<Cmd>,
-    pub op: Op,
+    pub(crate) op: Op,
     /// Result of a probe, written before `done` is set.
-    pub found: Option<(ProbeInfo, Option<MessageHandle>)>,
+    pub(crate) found: Option<(ProbeInfo, Option<MessageHandle>)>,
     /// Cancel result, written before `done` is set.
-    pub cancelled: bool,
-    pub done: AtomicBool,
+    pub(crate) cancelled: bool,
+    pub(crate) done: AtomicBool,
 }
 
 // SAFETY: `link` always returns the same field.
@@ -120,7 +120,7 @@ unsafe impl Linked for Cmd {
 }
 
 impl Cmd {
-    pub fn new(op: Op) -> Cmd {
+    pub(crate) fn new(op: Op) -> Cmd {
         Cmd {
             link: AtomicPtr::new(std::ptr::null_mut()),
             op,
@@ -130,33 +130,40 @@ impl Cmd {
         }
     }
 
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
     }
 }
 
 #[repr(C)]
-pub struct Request {
-    pub head: RustofiReqHead,
-    pub st: ReqState,
+pub(crate) struct Request {
+    pub(crate) head: RustofiReqHead,
+    pub(crate) st: ReqState,
 }
 
+// The PML's request pointer, the shim's `RustofiReqHead *` and `ReqPtr`
+// all point at the same byte: the head comes first (the head's own fields
+// are checked against C in ffi.rs).
+const _: () = assert!(memoffset::offset_of!(Request, head) == 0);
+
 /// Bytes the PML must reserve after its `mca_mtl_request_t`.
-pub const REQUEST_EXTRA: usize = std::mem::size_of::<Request>() - std::mem::size_of::<MtlRequest>();
+pub(crate) const REQUEST_EXTRA: usize =
+    std::mem::size_of::<Request>() - std::mem::size_of::<MtlRequest>();
 
 /// A request pointer that may cross threads. The PML keeps the request
 /// alive until we complete it; after `init` and the push of its command,
 /// only the progress-token holder touches `st`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReqPtr(pub *mut Request);
+pub(crate) struct ReqPtr(pub(crate) *mut Request);
 
-// SAFETY: see the type's documentation: the pointee outlives the operation
-// and its Rust state is only touched under the engine lock.
+// SAFETY: the PML keeps the pointee alive until the operation completes,
+// and after the command is pushed its Rust state is only touched by the
+// holder of the progress token, one thread at a time (CONCURRENCY.md).
 unsafe impl Send for ReqPtr {}
 
 impl ReqPtr {
     /// The core's opaque name of this request.
-    pub fn id(self) -> ReqId {
+    pub(crate) fn id(self) -> ReqId {
         ReqId(self.0 as usize)
     }
 
@@ -165,7 +172,7 @@ impl ReqPtr {
     /// # Safety
     /// `self.0` must point at a live request of at least
     /// `size_of::<Request>()` bytes.
-    pub unsafe fn init(self, op: Op) -> *mut Cmd {
+    pub(crate) unsafe fn init(self, op: Op) -> *mut Cmd {
         // SAFETY: per the function contract; `st` has no destructor, so
         // writing over uninitialised or stale memory is fine.
         unsafe {
@@ -181,7 +188,7 @@ impl ReqPtr {
     /// # Safety
     /// The request must have been initialised with `init` and the caller
     /// must hold the progress token.
-    pub unsafe fn st(self) -> &'static mut ReqState {
+    pub(crate) unsafe fn st(self) -> &'static mut ReqState {
         // SAFETY: per the function contract.
         unsafe { &mut (*self.0).st }
     }

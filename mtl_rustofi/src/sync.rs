@@ -1,28 +1,24 @@
 //! Atomics and the state cell, from loom when model checking
 //! (`--cfg loom`), else from std.
 #[cfg(loom)]
-pub use loom::cell::UnsafeCell;
+pub(crate) use loom::cell::UnsafeCell;
 #[cfg(loom)]
-pub use loom::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 #[cfg(not(loom))]
-pub use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 /// `std::cell::UnsafeCell` with loom's closure-based access, so the same
 /// code runs under both.
 #[cfg(not(loom))]
-pub struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
 #[cfg(not(loom))]
 impl<T> UnsafeCell<T> {
-    pub fn new(v: T) -> Self {
+    pub(crate) fn new(v: T) -> Self {
         UnsafeCell(std::cell::UnsafeCell::new(v))
     }
 
-    pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
-        f(self.0.get())
-    }
-
-    pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
         f(self.0.get())
     }
 }

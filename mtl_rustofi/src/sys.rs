@@ -8,6 +8,8 @@
     dead_code,
     clippy::all,
     unsafe_op_in_unsafe_fn,
+    unreachable_pub,
+    clippy::undocumented_unsafe_blocks,
     missing_docs
 )]
 include!(concat!(env!("OUT_DIR"), "/fabric_sys.rs"));

@@ -15,16 +15,14 @@ use std::ptr;
 /// published to a peer (as an RMA target). Plain data: holding one grants
 /// no access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Region {
-    pub addr: usize,
-    pub len: usize,
+pub(crate) struct Region {
+    pub(crate) addr: usize,
+    pub(crate) len: usize,
 }
 
 impl Region {
-    pub const EMPTY: Region = Region { addr: 0, len: 0 };
-
     /// The part of this region from `off`, at most `len` bytes.
-    pub fn slice(self, off: usize, len: usize) -> Region {
+    pub(crate) fn slice(self, off: usize, len: usize) -> Region {
         let off = off.min(self.len);
         Region {
             addr: self.addr + off,
@@ -33,7 +31,8 @@ impl Region {
     }
 
     /// Whether `inner` lies wholly within this region.
-    pub fn contains(self, inner: Region) -> bool {
+    #[cfg(test)]
+    pub(crate) fn contains(self, inner: Region) -> bool {
         inner.addr >= self.addr
             && inner
                 .addr
@@ -44,7 +43,7 @@ impl Region {
 
 /// The buffer of a live MPI request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UserBuf {
+pub(crate) struct UserBuf {
     ptr: *mut u8,
     len: usize,
 }
@@ -59,27 +58,29 @@ impl UserBuf {
     /// buffer receives) until the request it belongs to completes, and no
     /// one else may write it meanwhile. `ptr` may be null or dangling only
     /// if `len` is 0.
-    pub unsafe fn new(ptr: *mut u8, len: usize) -> UserBuf {
+    pub(crate) unsafe fn new(ptr: *mut u8, len: usize) -> UserBuf {
         UserBuf { ptr, len }
     }
 
     /// A buffer of no bytes.
-    pub fn empty() -> UserBuf {
+    #[cfg(test)]
+    pub(crate) fn empty() -> UserBuf {
         UserBuf {
             ptr: ptr::null_mut(),
             len: 0,
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    pub fn region(&self) -> Region {
+    pub(crate) fn region(&self) -> Region {
         Region {
             addr: self.ptr as usize,
             len: self.len,
@@ -88,7 +89,7 @@ impl UserBuf {
 
     /// Copies `src` to the start of the buffer, clipped to its length;
     /// returns the bytes copied.
-    pub fn write(&self, src: &[u8]) -> usize {
+    pub(crate) fn write(&self, src: &[u8]) -> usize {
         let n = src.len().min(self.len);
         if n > 0 {
             // SAFETY: `new`'s contract makes `ptr` writable for `len >= n`
@@ -101,7 +102,7 @@ impl UserBuf {
 
     /// Copies the whole buffer into the front of `dst`. Panics if `dst` is
     /// shorter than the buffer.
-    pub fn read_into(&self, dst: &mut [u8]) {
+    pub(crate) fn read_into(&self, dst: &mut [u8]) {
         let dst = &mut dst[..self.len];
         if self.len > 0 {
             // SAFETY: `new`'s contract makes `ptr` readable for `len` bytes;

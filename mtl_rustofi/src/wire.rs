@@ -4,7 +4,7 @@
 //!
 //! | off | size | field                                          |
 //! |-----|------|------------------------------------------------|
-//! | 0   | 1    | magic `0xR0` (`MAGIC`)                         |
+//! | 0   | 1    | magic `0xA7` (`MAGIC`)                         |
 //! | 1   | 1    | kind (`Kind`)                                  |
 //! | 2   | 1    | flags (`FLAG_*`)                               |
 //! | 3   | 1    | protocol version (`VERSION`)                   |
@@ -12,7 +12,7 @@
 //! | 8   | 4    | source rank in that communicator               |
 //! | 12  | 4    | tag                                            |
 //! | 16  | 4    | per-peer sequence number (matchable kinds)     |
-//! | 20  | 4    | status (FIN: 0 ok, else an error code)          |
+//! | 20  | 4    | status (FIN: 0 ok, else an error code)         |
 //! | 24  | 8    | sender's process name (jobid << 32 | vpid)     |
 //! | 32  | 8    | message length in bytes                        |
 //! | 40  | 8    | cookie: the sender's request token             |
@@ -27,28 +27,28 @@
 //! and each is followed by its payload. [`Header::decode_prefix`] walks
 //! such a packet.
 
-pub const MAGIC: u8 = 0xA7;
-pub const VERSION: u8 = 2;
-pub const BASE_LEN: usize = 48;
-pub const EXT_LEN: usize = 64;
+pub(crate) const MAGIC: u8 = 0xA7;
+pub(crate) const VERSION: u8 = 2;
+pub(crate) const BASE_LEN: usize = 48;
+pub(crate) const EXT_LEN: usize = 64;
 
 /// The sender waits for the receiver's match (MPI_Ssend).
-pub const FLAG_SYNC: u8 = 1;
+pub(crate) const FLAG_SYNC: u8 = 1;
 /// Rendezvous by send (CTS + tagged data) instead of RMA read.
-pub const FLAG_RNDV_SEND: u8 = 2;
+pub(crate) const FLAG_RNDV_SEND: u8 = 2;
 /// Another eager message follows this one's payload in the same packet.
-pub const FLAG_MORE: u8 = 4;
+pub(crate) const FLAG_MORE: u8 = 4;
 /// Offset of the flags byte in a header.
 const FLAGS_AT: usize = 2;
 
 /// Sets `FLAG_MORE` in the header at the front of `pkt`.
-pub fn set_more(pkt: &mut [u8]) {
+pub(crate) fn set_more(pkt: &mut [u8]) {
     pkt[FLAGS_AT] |= FLAG_MORE;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// Matchable message with its payload inline.
     Eager = 1,
     /// Matchable rendezvous request-to-send.
@@ -72,16 +72,10 @@ impl Kind {
             _ => return None,
         })
     }
-
-    /// Whether this kind takes part in MPI matching (and so carries a
-    /// per-peer sequence number).
-    pub fn matchable(self) -> bool {
-        matches!(self, Kind::Eager | Kind::Rts)
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Header {
+pub(crate) struct Header {
     pub kind: Kind,
     pub flags: u8,
     pub ctx: u32,
@@ -100,7 +94,7 @@ pub struct Header {
 
 /// Why a packet was rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DecodeError {
+pub(crate) enum DecodeError {
     Short(usize),
     BadMagic(u8),
     BadVersion(u8),
@@ -123,7 +117,7 @@ impl std::fmt::Display for DecodeError {
 }
 
 impl Header {
-    pub fn new(kind: Kind) -> Header {
+    pub(crate) fn new(kind: Kind) -> Header {
         Header {
             kind,
             flags: 0,
@@ -141,7 +135,7 @@ impl Header {
     }
 
     /// Bytes this header occupies on the wire.
-    pub fn wire_len(&self) -> usize {
+    pub(crate) fn wire_len(&self) -> usize {
         match self.kind {
             Kind::Rts | Kind::Cts => EXT_LEN,
             _ => BASE_LEN,
@@ -150,7 +144,7 @@ impl Header {
 
     /// Writes the header into the front of `buf` and returns its length.
     /// Panics if `buf` is shorter than `wire_len()`.
-    pub fn encode(&self, buf: &mut [u8]) -> usize {
+    pub(crate) fn encode(&self, buf: &mut [u8]) -> usize {
         let n = self.wire_len();
         let b = &mut buf[..n];
         b[0] = MAGIC;
@@ -177,7 +171,7 @@ impl Header {
     /// fill `pkt` exactly (as for [`decode`](Self::decode)); with it, only
     /// an `Eager` message may be followed by more bytes, which must hold at
     /// least one more header.
-    pub fn decode_prefix(pkt: &[u8]) -> Result<(Header, usize), DecodeError> {
+    pub(crate) fn decode_prefix(pkt: &[u8]) -> Result<(Header, usize), DecodeError> {
         if pkt.len() >= BASE_LEN && pkt[FLAGS_AT] & FLAG_MORE != 0 && pkt[1] == Kind::Eager as u8 {
             let len = u64::from_le_bytes(pkt[32..40].try_into().expect("8 bytes"));
             let end = (BASE_LEN as u64)
@@ -201,7 +195,7 @@ impl Header {
     /// Parses and validates a received packet of `pkt.len()` bytes. For an
     /// `Eager` packet the payload is `pkt[BASE_LEN..]` and its length must
     /// equal the header's `len`.
-    pub fn decode(pkt: &[u8]) -> Result<Header, DecodeError> {
+    pub(crate) fn decode(pkt: &[u8]) -> Result<Header, DecodeError> {
         if pkt.len() < BASE_LEN {
             return Err(DecodeError::Short(pkt.len()));
         }
@@ -251,7 +245,7 @@ impl Header {
 /// Which endpoint of a rank an address belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum RailKind {
+pub(crate) enum RailKind {
     /// The network provider's endpoint (every rank has one).
     Net = 0,
     /// The shm provider's endpoint, for peers on the same host.
@@ -260,7 +254,7 @@ pub enum RailKind {
 
 /// One endpoint a rank can be reached at.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RailAddr {
+pub(crate) struct RailAddr {
     pub kind: RailKind,
     /// Largest eager payload this endpoint's receive buffers take.
     pub max_eager: u32,
@@ -281,7 +275,7 @@ pub struct RailAddr {
 /// | 2     | name length n, little endian           |
 /// | n     | libfabric endpoint name                |
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PeerInfo {
+pub(crate) struct PeerInfo {
     pub rails: Vec<RailAddr>,
 }
 
@@ -289,7 +283,7 @@ const PEER_INFO_TAG: [u8; 4] = [b'R', b'O', b'F', VERSION];
 const MAX_RAILS: usize = 8;
 
 impl PeerInfo {
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut v =
             Vec::with_capacity(5 + self.rails.iter().map(|r| 7 + r.addr.len()).sum::<usize>());
         v.extend_from_slice(&PEER_INFO_TAG);
@@ -303,7 +297,7 @@ impl PeerInfo {
         v
     }
 
-    pub fn decode(b: &[u8]) -> Result<PeerInfo, String> {
+    pub(crate) fn decode(b: &[u8]) -> Result<PeerInfo, String> {
         let bad = |why: &str| {
             format!(
                 "modex entry of {} bytes is not a rustofi v{VERSION} address: {why}",
@@ -350,7 +344,7 @@ impl PeerInfo {
     }
 
     /// The address of the given kind, if published.
-    pub fn rail(&self, kind: RailKind) -> Option<&RailAddr> {
+    pub(crate) fn rail(&self, kind: RailKind) -> Option<&RailAddr> {
         self.rails.iter().find(|r| r.kind == kind)
     }
 }

@@ -11,7 +11,7 @@
 
 mod rail;
 
-pub use rail::Caps;
+pub(crate) use rail::Caps;
 
 use crate::config::{RndvProtocol, Settings};
 use crate::engine::EngineError;
@@ -61,7 +61,7 @@ fn posted(ret: isize) -> Result<(), PostError> {
     }
 }
 
-pub struct Driver {
+pub(crate) struct Driver {
     rails: Vec<FabricRail>,
     rx: Vec<Vec<RxBuf>>,
     /// Contexts of transmit-side operations, indexed by [`OpId`]; boxed so
@@ -77,7 +77,7 @@ impl Driver {
     /// Opens the network provider at `index` of `list` and, if `shm` names
     /// an entry, the shm provider beside it for same-host peers. A shm rail
     /// that cannot be opened is reported and left out unless `shm_required`.
-    pub fn open(
+    pub(crate) fn open(
         list: &InfoList,
         index: usize,
         shm: Option<usize>,
@@ -146,15 +146,15 @@ impl Driver {
         })
     }
 
-    pub fn profiles(&self) -> Vec<RailProfile> {
+    pub(crate) fn profiles(&self) -> Vec<RailProfile> {
         self.rails.iter().map(|r| r.profile.clone()).collect()
     }
 
-    pub fn caps(&self, rail: RailId) -> Caps {
+    pub(crate) fn caps(&self, rail: RailId) -> Caps {
         self.rails[rail.index()].caps
     }
 
-    pub fn rail_of_kind(&self, kind: RailKind) -> Option<RailId> {
+    pub(crate) fn rail_of_kind(&self, kind: RailKind) -> Option<RailId> {
         self.rails
             .iter()
             .position(|r| r.profile.kind == kind)
@@ -162,7 +162,7 @@ impl Driver {
     }
 
     /// The endpoint addresses of every rail, for the modex.
-    pub fn names(&self) -> Result<Vec<(RailKind, usize, Vec<u8>)>, FiError> {
+    pub(crate) fn names(&self) -> Result<Vec<(RailKind, usize, Vec<u8>)>, FiError> {
         self.rails
             .iter()
             .map(|r| {
@@ -176,13 +176,13 @@ impl Driver {
     }
 
     /// Inserts a peer's published address into a rail's address vector.
-    pub fn insert_peer(&self, rail: RailId, name: &[u8]) -> Result<FiAddr, FiError> {
+    pub(crate) fn insert_peer(&self, rail: RailId, name: &[u8]) -> Result<FiAddr, FiError> {
         self.rails[rail.index()].av.insert(name).map(FiAddr)
     }
 
     /// Executes the first receive posts; a hard failure here fails the
     /// open (nothing has been exchanged yet).
-    pub fn start(&mut self, core: &mut Core, out: &mut Out) -> Result<(), EngineError> {
+    pub(crate) fn start(&mut self, core: &mut Core, out: &mut Out) -> Result<(), EngineError> {
         core.start(out);
         let actions = std::mem::take(&mut out.actions);
         for a in actions {
@@ -211,7 +211,7 @@ impl Driver {
     /// Executes the core's actions in order; every failure to post, and
     /// every registration, is reported back at once (which may queue more
     /// actions, executed in the same pass).
-    pub fn execute(&mut self, core: &mut Core, out: &mut Out) {
+    pub(crate) fn execute(&mut self, core: &mut Core, out: &mut Out) {
         let mut i = 0;
         while let Some(&a) = out.actions.get(i) {
             i += 1;
@@ -528,7 +528,7 @@ impl Driver {
     /// Drains the completion queues of the rails the core wants polled,
     /// reporting every completion and executing what follows. Returns the
     /// number of completions.
-    pub fn poll(&mut self, core: &mut Core, out: &mut Out) -> usize {
+    pub(crate) fn poll(&mut self, core: &mut Core, out: &mut Out) -> usize {
         let mut total = 0;
         for r in 0..self.rails.len() {
             let rail = RailId(r as u8);
@@ -620,7 +620,7 @@ impl Driver {
 
     /// Closes every endpoint: afterwards the provider references none of
     /// our buffers, so they may be freed.
-    pub fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         for r in &mut self.rails {
             drop(r.ep.take());
         }

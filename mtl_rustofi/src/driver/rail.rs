@@ -12,14 +12,14 @@ use std::sync::Arc;
 
 /// Provider capabilities, as printed at verbose 2.
 #[derive(Clone, Copy, Debug)]
-pub struct Caps {
-    pub rma: bool,
-    pub tagged: bool,
-    pub mr_local: bool,
-    pub mr_virt_addr: bool,
-    pub mr_prov_key: bool,
-    pub mr_endpoint: bool,
-    pub max_msg: usize,
+pub(crate) struct Caps {
+    pub(crate) rma: bool,
+    pub(crate) tagged: bool,
+    pub(crate) mr_local: bool,
+    pub(crate) mr_virt_addr: bool,
+    pub(crate) mr_prov_key: bool,
+    pub(crate) mr_endpoint: bool,
+    pub(crate) max_msg: usize,
 }
 
 /// An open endpoint. Fields drop in declaration order: endpoint, completion

@@ -7,7 +7,7 @@ use crate::usermem::Region;
 /// Outcome of a request, as reported to the MPI layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(i32)]
-pub enum Status {
+pub(crate) enum Status {
     Ok = 0,
     Truncated = 1,
     Failed = 2,
@@ -15,7 +15,7 @@ pub enum Status {
 
 /// An MPI request finished.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Event {
+pub(crate) enum Event {
     Recv {
         req: ReqId,
         src: i32,
@@ -35,7 +35,7 @@ pub enum Event {
 
 /// Access rights asked of a registration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
+pub(crate) enum Access {
     /// Local source of sends (FI_SEND).
     Send,
     /// Local target of receives (FI_RECV).
@@ -51,7 +51,7 @@ pub enum Access {
 /// completion, or a failed post (`Core::on_post_failed`). Memory named by a
 /// [`Region`] stays valid until then.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Post (or repost) a receive bounce buffer of the rail.
     PostRecv { rail: RailId, slot: RxSlot },
     /// Send one packet: `head` (our bounce buffer, registered as `mr` when
@@ -109,7 +109,7 @@ pub enum Action {
 
 /// Why a post was not accepted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PostError {
+pub(crate) enum PostError {
     /// The provider's queue is full (FI_EAGAIN): try again later.
     Again,
     /// Any other error (a negative libfabric code).
@@ -118,7 +118,7 @@ pub enum PostError {
 
 /// What a driver reports for an operation it posted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Posted {
+pub(crate) enum Posted {
     Op(OpId),
     Rx(RailId, RxSlot),
 }
@@ -126,13 +126,13 @@ pub enum Posted {
 /// Output of one call into the core: actions for the driver (executed in
 /// order) and finished MPI requests.
 #[derive(Default)]
-pub struct Out {
-    pub actions: Vec<Action>,
-    pub events: Vec<Event>,
+pub(crate) struct Out {
+    pub(crate) actions: Vec<Action>,
+    pub(crate) events: Vec<Event>,
 }
 
 impl Out {
-    pub fn new() -> Out {
+    pub(crate) fn new() -> Out {
         Out::default()
     }
 }

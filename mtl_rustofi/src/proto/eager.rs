@@ -22,16 +22,16 @@ pub(super) const ZERO_COPY_MIN: usize = 8192;
 
 /// An MPI send as the core receives it.
 #[derive(Clone, Copy, Debug)]
-pub struct SendArgs {
-    pub peer: PeerId,
-    pub ctx: u32,
+pub(crate) struct SendArgs {
+    pub(crate) peer: PeerId,
+    pub(crate) ctx: u32,
     /// The sender's rank in the communicator.
-    pub src: i32,
-    pub tag: i32,
-    pub buf: UserBuf,
+    pub(crate) src: i32,
+    pub(crate) tag: i32,
+    pub(crate) buf: UserBuf,
     /// MPI_Ssend semantics.
-    pub sync: bool,
-    pub req: ReqId,
+    pub(crate) sync: bool,
+    pub(crate) req: ReqId,
 }
 
 /// Writes an eager message (header, then the user's payload) into `mem`
@@ -45,7 +45,7 @@ pub(super) fn put_eager(mem: &mut [u8], at: usize, hdr: &Header, buf: &UserBuf) 
 impl Core {
     /// Starts a send. An error refuses it at once (nothing was sent and no
     /// event will follow).
-    pub fn send(&mut self, s: SendArgs, out: &mut Out) -> Result<(), CoreError> {
+    pub(crate) fn send(&mut self, s: SendArgs, out: &mut Out) -> Result<(), CoreError> {
         self.flush_bundles(Some(s.peer), out);
         self.check_peer(s.peer)?;
         let len = s.buf.len();

@@ -11,7 +11,7 @@ macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident($inner:ty)) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub struct $name(pub $inner);
+        pub(crate) struct $name(pub $inner);
     };
 }
 
@@ -62,25 +62,25 @@ id_type!(
 );
 
 impl RailId {
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self.0 as usize
     }
 }
 
 impl PeerId {
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self.0 as usize
     }
 
     /// The handle the shim keeps for a peer: never 0, which the shim
     /// reads as "no peer".
-    pub fn handle(self) -> usize {
+    pub(crate) fn handle(self) -> usize {
         self.index() + 1
     }
 
     /// The peer of a shim handle; 0 (and anything out of range) becomes
     /// an id no peer has, which sends refuse.
-    pub fn from_handle(h: usize) -> PeerId {
+    pub(crate) fn from_handle(h: usize) -> PeerId {
         PeerId(
             h.checked_sub(1)
                 .and_then(|i| u32::try_from(i).ok())
@@ -90,7 +90,7 @@ impl PeerId {
 }
 
 /// Conversion between an id and a slab index.
-pub trait SlabKey: Copy {
+pub(crate) trait SlabKey: Copy {
     fn from_index(i: u32) -> Self;
     fn index(self) -> u32;
 }
@@ -111,7 +111,7 @@ slab_key!(OpId, MrId, RndvId, MsgId, RxSlot);
 
 /// A vector of optional entries with a free list: ids are reused after
 /// removal, insertion and removal cost O(1), nothing moves.
-pub struct Slab<K, T> {
+pub(crate) struct Slab<K, T> {
     entries: Vec<Option<T>>,
     free: Vec<u32>,
     len: usize,
@@ -125,7 +125,7 @@ impl<K: SlabKey, T> Default for Slab<K, T> {
 }
 
 impl<K: SlabKey, T> Slab<K, T> {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Slab {
             entries: Vec::new(),
             free: Vec::new(),
@@ -134,7 +134,7 @@ impl<K: SlabKey, T> Slab<K, T> {
         }
     }
 
-    pub fn insert(&mut self, value: T) -> K {
+    pub(crate) fn insert(&mut self, value: T) -> K {
         self.len += 1;
         if let Some(i) = self.free.pop() {
             self.entries[i as usize] = Some(value);
@@ -145,31 +145,31 @@ impl<K: SlabKey, T> Slab<K, T> {
         K::from_index(i)
     }
 
-    pub fn remove(&mut self, k: K) -> Option<T> {
+    pub(crate) fn remove(&mut self, k: K) -> Option<T> {
         let v = self.entries.get_mut(k.index() as usize)?.take()?;
         self.free.push(k.index());
         self.len -= 1;
         Some(v)
     }
 
-    pub fn get(&self, k: K) -> Option<&T> {
+    pub(crate) fn get(&self, k: K) -> Option<&T> {
         self.entries.get(k.index() as usize)?.as_ref()
     }
 
-    pub fn get_mut(&mut self, k: K) -> Option<&mut T> {
+    pub(crate) fn get_mut(&mut self, k: K) -> Option<&mut T> {
         self.entries.get_mut(k.index() as usize)?.as_mut()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Live entries with their ids.
-    pub fn iter(&self) -> impl Iterator<Item = (K, &T)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (K, &T)> {
         self.entries
             .iter()
             .enumerate()
@@ -178,7 +178,7 @@ impl<K: SlabKey, T> Slab<K, T> {
 
     /// Ids of the live entries (a snapshot, so the slab may be changed
     /// while walking it).
-    pub fn ids(&self) -> Vec<K> {
+    pub(crate) fn ids(&self) -> Vec<K> {
         self.iter().map(|(k, _)| k).collect()
     }
 }

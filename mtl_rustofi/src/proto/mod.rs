@@ -23,10 +23,10 @@
 //! - [`rndv_read`]: the receiver reads the sender's buffer (FI_RMA);
 //! - [`rndv_send`]: the receiver grants tags, the sender sends (FI_TAGGED).
 
-pub mod action;
+pub(crate) mod action;
 mod coalesce;
 mod eager;
-pub mod ids;
+pub(crate) mod ids;
 mod peers;
 mod recv;
 mod rndv;
@@ -34,15 +34,15 @@ mod rndv_read;
 mod rndv_send;
 mod txq;
 
-pub use action::{Access, Action, Event, Out, PostError, Posted, Status};
-pub use eager::SendArgs;
-pub use recv::ProbeInfo;
+pub(crate) use action::{Access, Action, Event, Out, PostError, Posted, Status};
+pub(crate) use eager::SendArgs;
+pub(crate) use recv::ProbeInfo;
 
 use crate::config::Fault;
 use crate::matching::{Envelope, Matcher};
 use crate::wire::{Header, RailKind};
 use hashbrown::HashMap;
-use ids::{Cookie, FiAddr, MrId, MsgId, OpId, PeerId, RailId, ReqId, RndvId, Slab};
+use ids::{Cookie, MrId, MsgId, OpId, PeerId, RailId, ReqId, RndvId, Slab};
 use peers::Peer;
 use recv::{PostedRecv, Unexpected};
 use rndv::{RecvRndv, SendRndv};
@@ -53,51 +53,51 @@ use txq::{MrUse, Op, TxBuf};
 
 /// What the core needs to know of a rail's provider.
 #[derive(Clone, Debug)]
-pub struct RailProfile {
-    pub kind: RailKind,
-    pub provider: String,
+pub(crate) struct RailProfile {
+    pub(crate) kind: RailKind,
+    pub(crate) provider: String,
     /// FI_MR_LOCAL: every buffer given to the provider must be registered.
-    pub mr_local: bool,
+    pub(crate) mr_local: bool,
     /// FI_MR_VIRT_ADDR: RMA addresses are virtual addresses (else offsets
     /// into the region).
-    pub mr_virt_addr: bool,
+    pub(crate) mr_virt_addr: bool,
     /// FI_MR_PROV_KEY: the provider picks registration keys.
-    pub mr_prov_key: bool,
+    pub(crate) mr_prov_key: bool,
     /// Size of each bounce buffer: header plus the largest eager payload.
-    pub buf_size: usize,
-    pub eager_limit: usize,
+    pub(crate) buf_size: usize,
+    pub(crate) eager_limit: usize,
     /// Eager payloads of `ZERO_COPY_MIN` bytes and more go from the user's
     /// buffer (no FI_MR_LOCAL and an iov limit of at least 2).
-    pub zero_copy: bool,
+    pub(crate) zero_copy: bool,
     /// Rendezvous by RMA read (else by tagged send).
-    pub rndv_read: bool,
+    pub(crate) rndv_read: bool,
     /// FI_TAGGED is available (the send rendezvous needs it).
-    pub tagged: bool,
-    pub chunk: usize,
+    pub(crate) tagged: bool,
+    pub(crate) chunk: usize,
     /// Most transmit operations in flight (the provider's tx queue depth).
-    pub tx_depth: usize,
+    pub(crate) tx_depth: usize,
     /// Receive bounce buffers the driver holds for this rail.
-    pub rx_count: usize,
+    pub(crate) rx_count: usize,
 }
 
 /// Counters printed at finalize with `verbose >= 1`. Relaxed atomics, so
 /// any thread may read them while the token holder updates them.
 #[derive(Default)]
-pub struct Stats {
-    pub sent_msgs: AtomicU64,
-    pub sent_bytes: AtomicU64,
-    pub recv_msgs: AtomicU64,
-    pub recv_bytes: AtomicU64,
-    pub eager: AtomicU64,
-    pub rndv: AtomicU64,
-    pub unexpected: AtomicU64,
+pub(crate) struct Stats {
+    pub(crate) sent_msgs: AtomicU64,
+    pub(crate) sent_bytes: AtomicU64,
+    pub(crate) recv_msgs: AtomicU64,
+    pub(crate) recv_bytes: AtomicU64,
+    pub(crate) eager: AtomicU64,
+    pub(crate) rndv: AtomicU64,
+    pub(crate) unexpected: AtomicU64,
     /// Error events: each failed operation, rejected packet or lost peer
     /// counts once, where it is observed.
-    pub errors: AtomicU64,
-    pub net_peers: AtomicU64,
-    pub shm_peers: AtomicU64,
+    pub(crate) errors: AtomicU64,
+    pub(crate) net_peers: AtomicU64,
+    pub(crate) shm_peers: AtomicU64,
     /// Eager messages that shared a packet with an earlier one.
-    pub coalesced: AtomicU64,
+    pub(crate) coalesced: AtomicU64,
 }
 
 impl Stats {
@@ -105,18 +105,18 @@ impl Stats {
         counter.fetch_add(n, Relaxed);
     }
 
-    pub fn get(counter: &AtomicU64) -> u64 {
+    pub(crate) fn get(counter: &AtomicU64) -> u64 {
         counter.load(Relaxed)
     }
 }
 
 /// Settings of the core that are not per rail.
 #[derive(Clone, Copy, Debug)]
-pub struct CoreConfig {
+pub(crate) struct CoreConfig {
     /// This process's name (jobid << 32 | vpid), stamped on every packet.
-    pub my_name: u64,
-    pub coalesce: bool,
-    pub fault: Fault,
+    pub(crate) my_name: u64,
+    pub(crate) coalesce: bool,
+    pub(crate) fault: Fault,
 }
 
 /// A rail: its profile and its transmit-side state.
@@ -139,7 +139,7 @@ struct Rail {
 }
 
 /// The protocol state of one process.
-pub struct Core {
+pub(crate) struct Core {
     cfg: CoreConfig,
     rails: Vec<Rail>,
     peers: Vec<Peer>,
@@ -172,12 +172,12 @@ pub struct Core {
 
 /// Why a command was refused at once.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CoreError(pub String);
+pub(crate) struct CoreError(pub(crate) String);
 
 impl Core {
     /// A core over `rails` (index = [`RailId`]). Call [`Core::start`] to
     /// get the first receive posts.
-    pub fn new(cfg: CoreConfig, rails: Vec<RailProfile>, stats: Arc<Stats>) -> Core {
+    pub(crate) fn new(cfg: CoreConfig, rails: Vec<RailProfile>, stats: Arc<Stats>) -> Core {
         Core {
             fault: cfg.fault,
             cfg,
@@ -213,7 +213,7 @@ impl Core {
     }
 
     /// Posts every receive bounce buffer of every rail.
-    pub fn start(&mut self, out: &mut Out) {
+    pub(crate) fn start(&mut self, out: &mut Out) {
         for (r, rail) in self.rails.iter().enumerate() {
             for s in 0..rail.profile.rx_count {
                 out.actions.push(Action::PostRecv {
@@ -224,20 +224,12 @@ impl Core {
         }
     }
 
-    pub fn stats(&self) -> &Arc<Stats> {
+    pub(crate) fn stats(&self) -> &Arc<Stats> {
         &self.stats
     }
 
-    pub fn profile(&self, rail: RailId) -> &RailProfile {
-        &self.rails[rail.index()].profile
-    }
-
-    pub fn rail_count(&self) -> usize {
-        self.rails.len()
-    }
-
     /// Whether the driver should poll the rail's completion queue.
-    pub fn rail_needs_poll(&self, rail: RailId) -> bool {
+    pub(crate) fn rail_needs_poll(&self, rail: RailId) -> bool {
         let r = &self.rails[rail.index()];
         r.peers > 0 || r.inflight > 0 || !r.retry.is_empty() || !r.rx_retry.is_empty()
     }
@@ -245,7 +237,7 @@ impl Core {
     /// A progress opportunity: sends open bundles and retries queued
     /// operations and receive posts.
     #[inline]
-    pub fn tick(&mut self, out: &mut Out) {
+    pub(crate) fn tick(&mut self, out: &mut Out) {
         if !self.queued && self.open_bundles.is_empty() && self.retired.is_empty() {
             return;
         }
@@ -265,7 +257,7 @@ impl Core {
     }
 
     /// Whether transfers are still under way (finalize waits for them).
-    pub fn busy(&self) -> bool {
+    pub(crate) fn busy(&self) -> bool {
         !self.ops.is_empty()
             || !self.rndv_send.is_empty()
             || !self.rndv_recv.is_empty()
@@ -274,7 +266,7 @@ impl Core {
     }
 
     /// What is left in the core's tables; all zero when it is quiet.
-    pub fn leftovers(&self) -> Leftovers {
+    pub(crate) fn leftovers(&self) -> Leftovers {
         let pool_mrs = self
             .mrs
             .iter()
@@ -319,27 +311,22 @@ impl Core {
         h.sender = self.cfg.my_name;
         h
     }
-
-    pub fn peer_addr(&self, peer: PeerId) -> (RailId, FiAddr) {
-        let p = &self.peers[peer.index()];
-        (p.rail, p.addr)
-    }
 }
 
 /// Counts of what the core still holds (see [`Core::leftovers`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Leftovers {
-    pub ops: usize,
+pub(crate) struct Leftovers {
+    pub(crate) ops: usize,
     /// Registrations of user buffers (pool buffers' own are not counted).
-    pub registrations: usize,
-    pub rndv_send: usize,
-    pub rndv_recv: usize,
-    pub sync_wait: usize,
-    pub retry: usize,
-    pub rx_unposted: usize,
-    pub taken: usize,
-    pub held_out_of_order: usize,
-    pub posted: usize,
-    pub unexpected: usize,
-    pub tx_buffers_out: usize,
+    pub(crate) registrations: usize,
+    pub(crate) rndv_send: usize,
+    pub(crate) rndv_recv: usize,
+    pub(crate) sync_wait: usize,
+    pub(crate) retry: usize,
+    pub(crate) rx_unposted: usize,
+    pub(crate) taken: usize,
+    pub(crate) held_out_of_order: usize,
+    pub(crate) posted: usize,
+    pub(crate) unexpected: usize,
+    pub(crate) tx_buffers_out: usize,
 }

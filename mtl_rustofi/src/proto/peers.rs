@@ -45,7 +45,13 @@ impl Core {
     /// Adds (or finds) a peer by process name. `rail` and `addr` are where
     /// the driver inserted its published address; `max_eager` the largest
     /// eager payload its receive buffers hold.
-    pub fn add_peer(&mut self, name: u64, rail: RailId, addr: FiAddr, max_eager: usize) -> PeerId {
+    pub(crate) fn add_peer(
+        &mut self,
+        name: u64,
+        rail: RailId,
+        addr: FiAddr,
+        max_eager: usize,
+    ) -> PeerId {
         if let Some(&p) = self.by_name.get(&name) {
             return p;
         }
@@ -71,12 +77,8 @@ impl Core {
     }
 
     /// The peer of a name, if added.
-    pub fn peer_by_name(&self, name: u64) -> Option<PeerId> {
+    pub(crate) fn peer_by_name(&self, name: u64) -> Option<PeerId> {
         self.by_name.get(&name).copied()
-    }
-
-    pub fn peer_count(&self) -> usize {
-        self.peers.len()
     }
 
     pub(super) fn check_peer(&self, peer: PeerId) -> Result<(), CoreError> {
@@ -92,7 +94,7 @@ impl Core {
 
     /// The peer can no longer be reached: every request that waits for it
     /// fails now, or when its last operation in flight is reported.
-    pub fn peer_lost(&mut self, peer: PeerId, out: &mut Out) {
+    pub(crate) fn peer_lost(&mut self, peer: PeerId, out: &mut Out) {
         let Some(p) = self.peers.get_mut(peer.index()) else {
             return;
         };
@@ -134,7 +136,7 @@ impl Core {
 
     /// A packet arrived in receive buffer `slot` of `rail`; the buffer is
     /// reposted once it has been handled.
-    pub fn on_packet(&mut self, rail: RailId, slot: RxSlot, pkt: &[u8], out: &mut Out) {
+    pub(crate) fn on_packet(&mut self, rail: RailId, slot: RxSlot, pkt: &[u8], out: &mut Out) {
         self.handle_packet(pkt, out);
         self.repost_rx(rail, slot, out);
     }

@@ -39,16 +39,16 @@ impl Unexpected {
 
 /// What a probe reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProbeInfo {
-    pub src: i32,
-    pub tag: i32,
-    pub len: u64,
+pub(crate) struct ProbeInfo {
+    pub(crate) src: i32,
+    pub(crate) tag: i32,
+    pub(crate) len: u64,
 }
 
 impl Core {
     /// Posts a receive into `buf`. Returns the posted-queue ticket (for
     /// [`Core::cancel`]) when it did not match at once.
-    pub fn recv(
+    pub(crate) fn recv(
         &mut self,
         sel: Selector,
         buf: UserBuf,
@@ -66,7 +66,7 @@ impl Core {
     }
 
     /// Receives a message taken by [`Core::mprobe`].
-    pub fn mrecv(
+    pub(crate) fn mrecv(
         &mut self,
         msg: MsgId,
         buf: UserBuf,
@@ -84,7 +84,7 @@ impl Core {
 
     /// Cancels a queued receive; true if it was still queued (a
     /// `Cancelled` event is emitted).
-    pub fn cancel(&mut self, id: PostId, out: &mut Out) -> bool {
+    pub(crate) fn cancel(&mut self, id: PostId, out: &mut Out) -> bool {
         self.flush_bundles(None, out);
         match self.matcher.cancel(id) {
             Some(p) => {
@@ -96,7 +96,7 @@ impl Core {
     }
 
     /// MPI_Iprobe on the unexpected queue.
-    pub fn probe(&mut self, sel: &Selector, out: &mut Out) -> Option<ProbeInfo> {
+    pub(crate) fn probe(&mut self, sel: &Selector, out: &mut Out) -> Option<ProbeInfo> {
         self.flush_bundles(None, out);
         self.matcher.probe(sel).map(|(env, u)| ProbeInfo {
             src: env.src,
@@ -106,7 +106,7 @@ impl Core {
     }
 
     /// MPI_Improbe: takes the message out of matching.
-    pub fn mprobe(&mut self, sel: &Selector, out: &mut Out) -> Option<(ProbeInfo, MsgId)> {
+    pub(crate) fn mprobe(&mut self, sel: &Selector, out: &mut Out) -> Option<(ProbeInfo, MsgId)> {
         self.flush_bundles(None, out);
         let (env, u) = self.matcher.take_unexpected(sel)?;
         let info = ProbeInfo {

@@ -179,7 +179,7 @@ impl Core {
     }
 
     /// The driver's answer to a `Register` action: the key on success.
-    pub fn on_registered(&mut self, mr: MrId, result: Result<u64, i32>, out: &mut Out) {
+    pub(crate) fn on_registered(&mut self, mr: MrId, result: Result<u64, i32>, out: &mut Out) {
         let Some(&what) = self.mrs.get(mr) else {
             return;
         };
@@ -293,7 +293,7 @@ impl Core {
     }
 
     /// The driver could not post an operation or a receive buffer.
-    pub fn on_post_failed(&mut self, what: Posted, err: PostError, out: &mut Out) {
+    pub(crate) fn on_post_failed(&mut self, what: Posted, err: PostError, out: &mut Out) {
         match (what, err) {
             (Posted::Rx(rail, slot), PostError::Again) => {
                 self.rails[rail.index()].rx_retry.push_back(slot);
@@ -324,7 +324,7 @@ impl Core {
     }
 
     /// An operation completed successfully.
-    pub fn on_complete(&mut self, id: OpId, out: &mut Out) {
+    pub(crate) fn on_complete(&mut self, id: OpId, out: &mut Out) {
         let Some(op) = self.ops.remove(id) else {
             self.error("completion for an unknown operation");
             return;
@@ -345,7 +345,7 @@ impl Core {
     }
 
     /// An operation completed with an error.
-    pub fn on_error(&mut self, id: OpId, why: &str, out: &mut Out) {
+    pub(crate) fn on_error(&mut self, id: OpId, why: &str, out: &mut Out) {
         self.op_failed(id, why, out);
     }
 
@@ -486,7 +486,7 @@ impl Core {
 
     /// A posted receive buffer completed with an error (`canceled`: the
     /// endpoint is closing, the buffer is not reposted).
-    pub fn on_rx_error(
+    pub(crate) fn on_rx_error(
         &mut self,
         rail: RailId,
         slot: RxSlot,
