@@ -404,7 +404,7 @@ fn progress(st: &mut State) -> usize {
     n
 }
 
-#[inline]
+#[inline(always)]
 fn apply_all(st: &mut State, batch: Batch<Cmd>) {
     let mut any = false;
     for cmd in batch {

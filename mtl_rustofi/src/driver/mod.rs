@@ -584,6 +584,7 @@ impl Driver {
         unsafe { (*(ctx as *const OpCtx)).what }
     }
 
+    #[inline]
     fn handle_completion(&self, e: &CqEntry, core: &mut Core, out: &mut Out) {
         if e.op_context.is_null() {
             return;

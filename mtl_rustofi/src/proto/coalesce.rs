@@ -83,10 +83,15 @@ impl Core {
     }
 
     /// Sends every open bundle except `keep`'s.
+    #[inline]
     pub(super) fn flush_bundles(&mut self, keep: Option<PeerId>, out: &mut Out) {
-        if self.open_bundles.is_empty() {
-            return;
+        if !self.open_bundles.is_empty() {
+            self.flush_open_bundles(keep, out);
         }
+    }
+
+    #[inline(never)]
+    fn flush_open_bundles(&mut self, keep: Option<PeerId>, out: &mut Out) {
         let mut peers = std::mem::take(&mut self.open_bundles);
         for &p in &peers {
             if Some(p) != keep {

@@ -104,6 +104,7 @@ impl Core {
 
     /// Copies a matched eager message into its receive and acknowledges a
     /// synchronous one.
+    #[inline]
     pub(super) fn finish_eager(
         &mut self,
         p: PostedRecv,

@@ -134,10 +134,14 @@ impl<K: SlabKey, T> Slab<K, T> {
         }
     }
 
+    #[inline(always)]
     pub(crate) fn insert(&mut self, value: T) -> K {
         self.len += 1;
         if let Some(i) = self.free.pop() {
-            self.entries[i as usize] = Some(value);
+            let slot = &mut self.entries[i as usize];
+            debug_assert!(slot.is_none(), "free ids name empty slots");
+            // The slot is empty, so nothing is dropped here.
+            std::mem::forget(slot.replace(value));
             return K::from_index(i);
         }
         let i = u32::try_from(self.entries.len()).expect("fewer than 2^32 live entries");
@@ -145,6 +149,7 @@ impl<K: SlabKey, T> Slab<K, T> {
         K::from_index(i)
     }
 
+    #[inline(always)]
     pub(crate) fn remove(&mut self, k: K) -> Option<T> {
         let v = self.entries.get_mut(k.index() as usize)?.take()?;
         self.free.push(k.index());
@@ -152,10 +157,12 @@ impl<K: SlabKey, T> Slab<K, T> {
         Some(v)
     }
 
+    #[inline]
     pub(crate) fn get(&self, k: K) -> Option<&T> {
         self.entries.get(k.index() as usize)?.as_ref()
     }
 
+    #[inline]
     pub(crate) fn get_mut(&mut self, k: K) -> Option<&mut T> {
         self.entries.get_mut(k.index() as usize)?.as_mut()
     }

@@ -136,6 +136,7 @@ impl Core {
 
     /// A packet arrived in receive buffer `slot` of `rail`; the buffer is
     /// reposted once it has been handled.
+    #[inline]
     pub(crate) fn on_packet(&mut self, rail: RailId, slot: RxSlot, pkt: &[u8], out: &mut Out) {
         self.handle_packet(pkt, out);
         self.repost_rx(rail, slot, out);
@@ -143,6 +144,7 @@ impl Core {
 
     /// Parses one packet (one message, or several coalesced eager
     /// messages) and acts on each message.
+    #[inline]
     fn handle_packet(&mut self, pkt: &[u8], out: &mut Out) {
         if pkt.is_empty() {
             self.count_error();

@@ -163,6 +163,7 @@ impl Core {
     }
 
     /// Reports a finished receive.
+    #[inline]
     pub(super) fn recv_done(
         &mut self,
         req: ReqId,

@@ -113,6 +113,7 @@ impl Op {
 impl Core {
     /// A free bounce buffer of the rail, made (and registered where the
     /// rail needs it) if the pool is empty.
+    #[inline]
     pub(super) fn take_tx(&mut self, rail: RailId, out: &mut Out) -> TxBuf {
         let r = &mut self.rails[rail.index()];
         if let Some(b) = r.tx_free.pop() {
@@ -131,6 +132,7 @@ impl Core {
     /// Returns a bounce buffer to the pool. Bursts beyond the provider's
     /// queue depth grow the pool (each queued eager send holds its copy);
     /// the excess is freed again as the burst drains.
+    #[inline]
     pub(super) fn recycle_tx(&mut self, rail: RailId, b: TxBuf, out: &mut Out) {
         let r = &mut self.rails[rail.index()];
         if r.tx_free.len() < r.profile.tx_depth.max(256) {
@@ -324,6 +326,7 @@ impl Core {
     }
 
     /// An operation completed successfully.
+    #[inline]
     pub(crate) fn on_complete(&mut self, id: OpId, out: &mut Out) {
         let Some(op) = self.ops.remove(id) else {
             self.error("completion for an unknown operation");
@@ -413,6 +416,7 @@ impl Core {
         }
     }
 
+    #[inline]
     fn packet_done(&mut self, p: Packet, out: &mut Out) {
         let peer = &mut self.peers[p.peer.index()];
         peer.inflight = peer.inflight.saturating_sub(1);
@@ -420,6 +424,7 @@ impl Core {
     }
 
     /// Sends a packet already written into `buf` (`len` bytes) to `peer`.
+    #[inline(always)]
     pub(super) fn send_packet(
         &mut self,
         peer: PeerId,
@@ -480,6 +485,7 @@ impl Core {
     }
 
     /// A receive buffer's packet was handled: post it again.
+    #[inline]
     pub(super) fn repost_rx(&mut self, rail: RailId, slot: RxSlot, out: &mut Out) {
         out.actions.push(Action::PostRecv { rail, slot });
     }
