@@ -14,8 +14,8 @@ use crate::sync::{AtomicBool, AtomicPtr, Ordering};
 use crate::usermem::UserBuf;
 use std::os::raw::c_void;
 
-/// Mirror of Open MPI's `mca_mtl_request_t` (checked by a static assertion
-/// in the shim).
+/// Mirror of Open MPI's `mca_mtl_request_t` (checked field by field in
+/// ffi.rs and by static assertions in the shim).
 #[repr(C)]
 pub struct MtlRequest {
     pub ompi_req: *mut c_void,
