@@ -453,7 +453,7 @@ fn apply(st: &mut State, cmd: *mut Cmd) {
         Op::Recv { sel, buf, req } => {
             if let Some(id) = core.recv(sel, buf, req.id(), out) {
                 // SAFETY: initialised by irecv; token held.
-                unsafe { req.st().post_id = Some(id) };
+                unsafe { req.set_post_id(id) };
             }
         }
         Op::Mrecv { msg, buf, req } => {
@@ -476,7 +476,7 @@ fn apply(st: &mut State, cmd: *mut Cmd) {
         Op::Cancel { req } => {
             // SAFETY: the request was started by this engine (the shim
             // cancels only its own requests); token held.
-            let id = unsafe { req.st().post_id };
+            let id = unsafe { req.post_id() };
             let cancelled = id.is_some_and(|id| core.cancel(id, out));
             // SAFETY: the waiting caller reads the result after `done`.
             unsafe {

@@ -308,7 +308,7 @@ pub unsafe extern "C" fn rustofi_init(
         };
         if verbose > 1 {
             crate::log::info(&format!(
-                "rustofi: rank={} provider={} shm={} rma={} rndv={} caps={:?}",
+                "rustofi: opened rank={} provider={} shm={} rma={} rndv={} caps={:?}",
                 cfg.rank,
                 engine.provider,
                 engine.shm_provider().unwrap_or("off"),

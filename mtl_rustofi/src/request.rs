@@ -188,8 +188,16 @@ impl ReqPtr {
     /// # Safety
     /// The request must have been initialised with `init` and the caller
     /// must hold the progress token.
-    pub(crate) unsafe fn st(self) -> &'static mut ReqState {
-        // SAFETY: per the function contract.
-        unsafe { &mut (*self.0).st }
+    pub(crate) unsafe fn post_id(self) -> Option<PostId> {
+        // SAFETY: the request is live and initialised (the function's
+        // contract), and only the token holder touches its state.
+        unsafe { (*self.0).st.post_id }
+    }
+
+    /// # Safety
+    /// As for `post_id`.
+    pub(crate) unsafe fn set_post_id(self, id: PostId) {
+        // SAFETY: as for `post_id`.
+        unsafe { (*self.0).st.post_id = Some(id) }
     }
 }

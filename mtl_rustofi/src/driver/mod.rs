@@ -34,6 +34,10 @@ struct OpCtx {
     what: Posted,
 }
 
+// The context pointer handed to libfabric is the address of the whole
+// OpCtx, and the provider uses it as its fi_context2: that must come first.
+const _: () = assert!(memoffset::offset_of!(OpCtx, fi) == 0);
+
 impl OpCtx {
     fn boxed(what: Posted) -> Box<OpCtx> {
         Box::new(OpCtx {
