@@ -136,27 +136,8 @@ impl<S, N> Drop for Holder<'_, S, N> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::sync::AtomicPtr;
-    use std::ptr;
+    use crate::inbox::test_node::{node, Node};
     use std::sync::Arc;
-
-    struct Node {
-        link: AtomicPtr<Node>,
-        val: u64,
-    }
-    // SAFETY: `link` always returns the same field.
-    unsafe impl Linked for Node {
-        fn link(&self) -> &AtomicPtr<Node> {
-            &self.link
-        }
-    }
-
-    fn node(val: u64) -> *mut Node {
-        Box::into_raw(Box::new(Node {
-            link: AtomicPtr::new(ptr::null_mut()),
-            val,
-        }))
-    }
 
     fn apply(seen: &mut Vec<u64>, batch: Batch<Node>) {
         // SAFETY: every node is a leaked Box pushed once.

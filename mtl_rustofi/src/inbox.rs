@@ -154,13 +154,14 @@ impl Token {
     }
 }
 
+/// A node carrying a number, for the tests of the inbox and the handoff.
 #[cfg(all(test, not(loom)))]
-mod tests {
+pub(crate) mod test_node {
     use super::*;
 
-    struct Node {
+    pub(crate) struct Node {
         link: AtomicPtr<Node>,
-        val: u64,
+        pub(crate) val: u64,
     }
     // SAFETY: `link` always returns the same field.
     unsafe impl Linked for Node {
@@ -169,12 +170,19 @@ mod tests {
         }
     }
 
-    fn node(val: u64) -> *mut Node {
+    /// A fresh node as a leaked Box (freed by whoever takes it).
+    pub(crate) fn node(val: u64) -> *mut Node {
         Box::into_raw(Box::new(Node {
             link: AtomicPtr::new(ptr::null_mut()),
             val,
         }))
     }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::test_node::{node, Node};
+    use super::*;
 
     fn drain(inbox: &Inbox<Node>) -> Vec<u64> {
         inbox

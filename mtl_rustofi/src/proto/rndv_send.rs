@@ -5,10 +5,11 @@
 //! do; no FIN (unless the receiver fails before its CTS).
 
 use super::action::Out;
-use super::ids::{Cookie, PeerId, RndvId};
+use super::ids::{Cookie, MrId, PeerId, RndvId};
 use super::rndv::SendState;
 use super::txq::{Chunk, ChunkKind, ChunkOwner, Op};
 use super::Core;
+use crate::usermem::Region;
 use crate::wire::{Header, Kind};
 
 /// Data tags are `tag base | chunk index`; the base is a per-receiver
@@ -16,36 +17,62 @@ use crate::wire::{Header, Kind};
 pub(super) const CHUNK_BITS: u32 = 20;
 pub(super) const TAG_ID_MASK: u64 = (1 << 28) - 1;
 
+/// The data of a send rendezvous on one side: where it lies and the tag
+/// of its first chunk.
+struct Data {
+    peer: PeerId,
+    owner: ChunkOwner,
+    kind: ChunkKind,
+    buf: Region,
+    mr: Option<MrId>,
+    base: u64,
+}
+
 impl Core {
-    /// Posts a tagged receive for every chunk, then sends the CTS.
-    pub(super) fn grant(&mut self, id: RndvId, out: &mut Out) {
-        let Some(r) = self.rndv_recv.get_mut(id) else {
-            return;
-        };
-        let peer = r.peer;
-        let rail = self.peers[peer.index()].rail;
+    /// Hands over one tagged operation per chunk of `d.buf`, tagged
+    /// `base | index`; returns how many.
+    fn submit_tagged(&mut self, d: Data, out: &mut Out) -> usize {
+        let rail = self.peers[d.peer.index()].rail;
         let chunk = self.rails[rail.index()].profile.chunk;
-        let (want, base, buf, mr) = (r.want, r.tag_base, r.buf, r.mr);
         let mut off = 0;
         let mut idx = 0u64;
-        while off < want {
-            let n = (want - off).min(chunk);
+        while off < d.buf.len {
+            let n = (d.buf.len - off).min(chunk);
             let c = Chunk {
                 rail,
-                peer,
-                owner: ChunkOwner::Recv(id),
-                kind: ChunkKind::TaggedRecv,
-                local: buf.region().slice(off, n),
-                mr,
-                remote: base | idx,
+                peer: d.peer,
+                owner: d.owner,
+                kind: d.kind,
+                local: d.buf.slice(off, n),
+                mr: d.mr,
+                remote: d.base | idx,
                 key: 0,
             };
             self.submit_op(Op::Chunk(c), out);
             off += n;
             idx += 1;
         }
+        idx as usize
+    }
+
+    /// Posts a tagged receive for every chunk, then sends the CTS.
+    pub(super) fn grant(&mut self, id: RndvId, out: &mut Out) {
+        let Some(r) = self.rndv_recv.get_mut(id) else {
+            return;
+        };
+        let peer = r.peer;
+        let (want, base) = (r.want, r.tag_base);
+        let data = Data {
+            peer,
+            owner: ChunkOwner::Recv(id),
+            kind: ChunkKind::TaggedRecv,
+            buf: r.buf.region().slice(0, want),
+            mr: r.mr,
+            base,
+        };
+        let chunks = self.submit_tagged(data, out);
         let r = self.rndv_recv.get_mut(id).expect("present");
-        r.outstanding = idx as usize;
+        r.outstanding = chunks;
         r.next_off = want;
         r.cts_sent = true;
         let cookie = r.cookie;
@@ -72,31 +99,18 @@ impl Core {
         }
         s.state = SendState::Sending;
         let grant = (hdr.ext1 as usize).min(s.buf.len());
-        let base = hdr.ext0;
-        let rail = self.peers[peer.index()].rail;
-        let chunk = self.rails[rail.index()].profile.chunk;
-        let (buf, mr) = (s.buf, s.mr);
-        let mut off = 0;
-        let mut idx = 0u64;
-        while off < grant {
-            let n = (grant - off).min(chunk);
-            let c = Chunk {
-                rail,
-                peer,
-                owner: ChunkOwner::Send(cookie),
-                kind: ChunkKind::TaggedSend,
-                local: buf.region().slice(off, n),
-                mr,
-                remote: base | idx,
-                key: 0,
-            };
-            self.submit_op(Op::Chunk(c), out);
-            off += n;
-            idx += 1;
-        }
+        let data = Data {
+            peer,
+            owner: ChunkOwner::Send(cookie),
+            kind: ChunkKind::TaggedSend,
+            buf: s.buf.region().slice(0, grant),
+            mr: s.mr,
+            base: hdr.ext0,
+        };
+        let chunks = self.submit_tagged(data, out);
         let s = self.rndv_send.get_mut(&cookie).expect("present");
-        s.outstanding = idx as usize;
-        if idx == 0 {
+        s.outstanding = chunks;
+        if chunks == 0 {
             self.finish_rndv_send(cookie, false, out);
         }
     }
