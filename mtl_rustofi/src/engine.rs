@@ -42,10 +42,12 @@ impl From<Poisoned> for EngineError {
     }
 }
 
-/// What the token holder owns.
+/// What the token holder owns. The driver is declared (and so dropped)
+/// first: its registrations are released before the core frees the
+/// memory they cover.
 struct State {
-    core: Core,
     driver: Driver,
+    core: Core,
     out: Out,
 }
 
@@ -104,7 +106,7 @@ impl Engine {
                 .iter()
                 .find(|p| p.kind == RailKind::Shm)
                 .map(|p| p.provider.clone()),
-            handoff: Handoff::new(State { core, driver, out }),
+            handoff: Handoff::new(State { driver, core, out }),
             settings,
             stats,
             modex,

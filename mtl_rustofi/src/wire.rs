@@ -18,7 +18,8 @@
 //! | 40  | 8    | cookie: the sender's request token             |
 //!
 //! `Rts` and `Cts` carry 16 more bytes: (remote address, RMA key) for a
-//! read rendezvous, (data tag, granted length) for a CTS. `Eager` is
+//! read rendezvous, (data tag, granted length) for a CTS, whose length
+//! field holds the chunk size the receiver posted its tagged receives with. `Eager` is
 //! followed by exactly `len` payload bytes.
 //!
 //! One libfabric message may carry several eager messages back to back
@@ -38,6 +39,10 @@ pub(crate) const FLAG_SYNC: u8 = 1;
 pub(crate) const FLAG_RNDV_SEND: u8 = 2;
 /// Another eager message follows this one's payload in the same packet.
 pub(crate) const FLAG_MORE: u8 = 4;
+/// On a FIN: sent by the sender of a send rendezvous that failed after
+/// the receiver's CTS (the cookie is the sender's own); without it a FIN
+/// goes from receiver to sender.
+pub(crate) const FLAG_ABORT: u8 = 8;
 /// Offset of the flags byte in a header.
 const FLAGS_AT: usize = 2;
 

@@ -55,6 +55,13 @@ struct RxBuf {
     mr: Option<MemoryRegion>,
 }
 
+/// The requested key of a receive buffer's registration: unique per
+/// rail and slot, and apart from the keys the core asks for (which count
+/// up from 1), as providers without FI_MR_PROV_KEY require.
+fn rx_key(rail: usize, slot: usize) -> u64 {
+    1 << 62 | (rail as u64) << 32 | slot as u64
+}
+
 const EAGAIN: isize = -(sys::FI_EAGAIN as isize);
 
 fn posted(ret: isize) -> Result<(), PostError> {
@@ -126,7 +133,7 @@ impl Driver {
                             mem.as_ptr(),
                             mem.len(),
                             sys::FI_RECV as u64,
-                            0,
+                            rx_key(r, s),
                             rl.caps.mr_endpoint.then(|| rl.ep()),
                         )
                     }?)
@@ -306,6 +313,16 @@ impl Driver {
                 if let Some(slot) = self.mrs.get_mut(mr.0 as usize) {
                     *slot = None;
                 }
+                return None;
+            }
+            Action::Cancel { op, rail } => {
+                let ep = self.rails[rail.index()].ep().raw();
+                let ctx = self.ctx(op);
+                // SAFETY: the endpoint is open and `ctx` is the context
+                // the operation was posted with. An operation that already
+                // finished is not found, which is fine: its completion is
+                // in the queue.
+                unsafe { sys::fi_cancel(ep as *mut sys::fid, ctx) };
                 return None;
             }
         })
@@ -619,6 +636,7 @@ impl Driver {
                 let canceled = err.err == sys::FI_ECANCELED as i32;
                 core.on_rx_error(rail, slot, canceled, &err.message, out);
             }
+            Posted::Op(op) if err.err == sys::FI_ECANCELED as i32 => core.on_canceled(op, out),
             Posted::Op(op) => core.on_error(op, &err.message, out),
         }
     }

@@ -105,6 +105,10 @@ pub(crate) enum Action {
     },
     /// Release a registration (the memory may be freed after this).
     Deregister { mr: MrId },
+    /// Cancel a posted operation (`fi_cancel`). Its one report still
+    /// comes: as a cancellation (`Core::on_canceled`) or, if it finished
+    /// first, as its completion or error.
+    Cancel { op: OpId, rail: RailId },
 }
 
 /// Why a post was not accepted.

@@ -20,9 +20,11 @@
 //! - [`eager`]: eager and synchronous eager messages;
 //! - [`coalesce`]: several small eager messages in one packet;
 //! - [`rndv`]: what both rendezvous protocols share (RTS, FIN, state);
+//! - [`abort`]: a failed rendezvous cancels its chunks and tells the peer;
 //! - [`rndv_read`]: the receiver reads the sender's buffer (FI_RMA);
 //! - [`rndv_send`]: the receiver grants tags, the sender sends (FI_TAGGED).
 
+mod abort;
 pub(crate) mod action;
 mod coalesce;
 mod eager;
@@ -91,8 +93,10 @@ pub(crate) struct Stats {
     pub(crate) eager: AtomicU64,
     pub(crate) rndv: AtomicU64,
     pub(crate) unexpected: AtomicU64,
-    /// Error events: each failed operation, rejected packet or lost peer
-    /// counts once, where it is observed.
+    /// Error events, each counted once where it is observed: an operation
+    /// that failed for good (resent packets count only if the last try
+    /// fails too), a receive buffer that could not be posted, a rejected
+    /// packet, a failure the peer reported, a peer given up.
     pub(crate) errors: AtomicU64,
     pub(crate) net_peers: AtomicU64,
     pub(crate) shm_peers: AtomicU64,
@@ -130,6 +134,9 @@ struct Rail {
     retry: VecDeque<OpId>,
     /// Receive buffers waiting to be reposted.
     rx_retry: VecDeque<ids::RxSlot>,
+    /// Receive buffers whose last post failed hard (reported once; cleared
+    /// when a packet arrives in them, which proves them posted).
+    rx_failing: hashbrown::HashSet<ids::RxSlot>,
     /// Transmit-side operations handed to the driver and not yet reported.
     inflight: usize,
     /// Peers reached through this rail. A rail without peers has nothing
@@ -189,6 +196,7 @@ impl Core {
                     tx_total: 0,
                     retry: VecDeque::new(),
                     rx_retry: VecDeque::new(),
+                    rx_failing: hashbrown::HashSet::new(),
                     inflight: 0,
                     peers: 0,
                 })

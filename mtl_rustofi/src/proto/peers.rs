@@ -138,6 +138,10 @@ impl Core {
     /// reposted once it has been handled.
     #[inline]
     pub(crate) fn on_packet(&mut self, rail: RailId, slot: RxSlot, pkt: &[u8], out: &mut Out) {
+        let r = &mut self.rails[rail.index()];
+        if !r.rx_failing.is_empty() {
+            r.rx_failing.remove(&slot);
+        }
         self.handle_packet(pkt, out);
         self.repost_rx(rail, slot, out);
     }
@@ -205,7 +209,7 @@ impl Core {
                 }
             }
             Kind::SyncAck => self.on_sync_ack(&hdr, out),
-            Kind::Fin => self.on_fin(&hdr, out),
+            Kind::Fin => self.on_fin(peer, &hdr, out),
             Kind::Cts => self.on_cts(peer, &hdr, out),
         }
     }

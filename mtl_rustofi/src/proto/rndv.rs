@@ -30,6 +30,8 @@ pub(super) struct SendRndv {
     /// Data chunks handed over and not yet reported.
     pub(super) outstanding: usize,
     pub(super) failed: bool,
+    /// The receiver knows the transfer failed (told, or it told us).
+    pub(super) abort_sent: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +69,8 @@ pub(super) struct RecvRndv {
     /// Send protocol: the CTS went out (the sender no longer waits for a
     /// FIN).
     pub(super) cts_sent: bool,
+    /// The sender knows the transfer failed (told, or it told us).
+    pub(super) abort_sent: bool,
 }
 
 impl Core {
@@ -106,6 +110,7 @@ impl Core {
             state: SendState::AwaitReply,
             outstanding: 0,
             failed: false,
+            abort_sent: false,
         };
         if read || mr_local {
             let access = if read {
@@ -181,16 +186,29 @@ impl Core {
 
     /// The FIN of a rendezvous: the receiver is done with the sender's
     /// buffer (`status` 0: it succeeded).
-    pub(super) fn on_fin(&mut self, hdr: &Header, out: &mut Out) {
+    pub(super) fn on_fin(&mut self, peer: PeerId, hdr: &Header, out: &mut Out) {
+        if has(hdr, wire::FLAG_ABORT) {
+            self.on_sender_abort(peer, Cookie(hdr.cookie), out);
+            return;
+        }
         let cookie = Cookie(hdr.cookie);
-        match self.rndv_send.get(&cookie) {
-            Some(s) if s.state == SendState::AwaitReply && s.outstanding == 0 => {
-                let failed = hdr.status != 0;
+        let failed = hdr.status != 0;
+        match self
+            .rndv_send
+            .get(&cookie)
+            .map(|s| (s.peer, s.state, s.outstanding))
+        {
+            Some((p, SendState::AwaitReply, 0)) if p == peer => {
                 if failed {
                     self.count_error();
                     self.error("the receiver reported a failed rendezvous");
                 }
                 self.finish_rndv_send(cookie, failed, out);
+            }
+            Some((p, SendState::Sending, _)) if p == peer && failed => {
+                self.count_error();
+                self.error("the receiver reported a failed rendezvous; its data is not sent");
+                self.abort_send(cookie, false, out);
             }
             _ => self.error("dropped a rendezvous FIN for no pending send"),
         }
@@ -269,6 +287,7 @@ impl Core {
             mr: None,
             registering: false,
             cts_sent: false,
+            abort_sent: false,
         });
         let rail = self.peers[peer.index()].rail;
         if want > 0 && self.rails[rail.index()].profile.mr_local {
@@ -327,6 +346,15 @@ impl Core {
                 };
                 r.outstanding -= 1;
                 r.failed |= failed;
+                if failed && !r.read {
+                    // The sender's matching sends may never complete
+                    // without these receives: tell it, and let the other
+                    // receives go.
+                    self.abort_recv(id, true, out);
+                }
+                let Some(r) = self.rndv_recv.get(id) else {
+                    return;
+                };
                 if r.read {
                     self.pump_reads(id, out);
                 } else if r.outstanding == 0 {
@@ -339,6 +367,12 @@ impl Core {
                 };
                 s.outstanding -= 1;
                 s.failed |= failed;
+                if failed {
+                    self.abort_send(cookie, true, out);
+                }
+                let Some(s) = self.rndv_send.get(&cookie) else {
+                    return;
+                };
                 if s.outstanding == 0 {
                     let failed = s.failed;
                     self.finish_rndv_send(cookie, failed, out);
@@ -383,16 +417,18 @@ impl Core {
             .map(|(&c, _)| c)
             .collect();
         for c in sends {
+            // Its chunks to the lost peer may never complete: cancel them.
+            self.abort_send(c, false, out);
             self.rndv_send_failed(c, out);
         }
         for id in self.rndv_recv.ids() {
-            let Some(r) = self.rndv_recv.get_mut(id) else {
-                continue;
-            };
-            if r.peer != peer {
+            if self.rndv_recv.get(id).is_none_or(|r| r.peer != peer) {
                 continue;
             }
-            r.failed = true;
+            self.abort_recv(id, false, out);
+            let Some(r) = self.rndv_recv.get(id) else {
+                continue;
+            };
             if r.outstanding == 0 && !r.registering {
                 self.finish_rndv_recv(id, out);
             }

@@ -21,6 +21,8 @@ pub(super) const TAG_ID_MASK: u64 = (1 << 28) - 1;
 /// of its first chunk.
 struct Data {
     peer: PeerId,
+    /// Bytes per chunk: the receiver's, which the CTS carries.
+    chunk: usize,
     owner: ChunkOwner,
     kind: ChunkKind,
     buf: Region,
@@ -33,7 +35,7 @@ impl Core {
     /// `base | index`; returns how many.
     fn submit_tagged(&mut self, d: Data, out: &mut Out) -> usize {
         let rail = self.peers[d.peer.index()].rail;
-        let chunk = self.rails[rail.index()].profile.chunk;
+        let chunk = d.chunk.max(1);
         let mut off = 0;
         let mut idx = 0u64;
         while off < d.buf.len {
@@ -62,8 +64,11 @@ impl Core {
         };
         let peer = r.peer;
         let (want, base) = (r.want, r.tag_base);
+        let rail = self.peers[peer.index()].rail;
+        let chunk = self.rails[rail.index()].profile.chunk;
         let data = Data {
             peer,
+            chunk,
             owner: ChunkOwner::Recv(id),
             kind: ChunkKind::TaggedRecv,
             buf: r.buf.region().slice(0, want),
@@ -80,6 +85,7 @@ impl Core {
         cts.cookie = cookie.0;
         cts.ext0 = base;
         cts.ext1 = want as u64;
+        cts.len = chunk as u64;
         self.send_ctrl(peer, &cts, out);
         if want == 0 {
             self.finish_rndv_recv(id, out);
@@ -99,8 +105,16 @@ impl Core {
         }
         s.state = SendState::Sending;
         let grant = (hdr.ext1 as usize).min(s.buf.len());
+        let rail = self.peers[peer.index()].rail;
+        // The receiver's chunk size, so that each send meets its receive;
+        // a CTS without one (0) means ours.
+        let chunk = match hdr.len as usize {
+            0 => self.rails[rail.index()].profile.chunk,
+            n => n,
+        };
         let data = Data {
             peer,
+            chunk,
             owner: ChunkOwner::Send(cookie),
             kind: ChunkKind::TaggedSend,
             buf: s.buf.region().slice(0, grant),

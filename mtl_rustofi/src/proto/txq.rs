@@ -302,12 +302,17 @@ impl Core {
                 self.queued = true;
             }
             (Posted::Rx(rail, slot), PostError::Hard(code)) => {
-                self.count_error();
-                self.error(&format!(
-                    "could not post a receive buffer on {}: {}; retrying at the next progress",
-                    self.rails[rail.index()].profile.provider,
-                    crate::fabric::strerror(-code)
-                ));
+                // Counted and reported once per buffer until it is posted
+                // again (it is retried at every tick).
+                let r = &mut self.rails[rail.index()];
+                if r.rx_failing.insert(slot) {
+                    self.count_error();
+                    self.error(&format!(
+                        "could not post a receive buffer on {}: {}; retrying at every progress call",
+                        self.rails[rail.index()].profile.provider,
+                        crate::fabric::strerror(-code)
+                    ));
+                }
                 self.rails[rail.index()].rx_retry.push_back(slot);
                 self.queued = true;
             }
@@ -347,6 +352,24 @@ impl Core {
         }
     }
 
+    /// A cancelled operation reported its cancellation (not an error: the
+    /// failure that led to it was counted where it was seen).
+    pub(crate) fn on_canceled(&mut self, id: OpId, out: &mut Out) {
+        let Some(op) = self.ops.remove(id) else {
+            return;
+        };
+        self.rails[op.rail().index()].inflight -= 1;
+        match op {
+            Op::Chunk(c) => self.chunk_done(c.owner, true, out),
+            Op::Packet(p) => {
+                // Packets are never cancelled; treat it as lost for good.
+                let peer = p.peer;
+                self.packet_done(p, out);
+                self.peer_lost(peer, out);
+            }
+        }
+    }
+
     /// An operation completed with an error.
     pub(crate) fn on_error(&mut self, id: OpId, why: &str, out: &mut Out) {
         self.op_failed(id, why, out);
@@ -368,8 +391,9 @@ impl Core {
             _ => None,
         };
         self.rails[rail.index()].inflight -= 1;
-        self.count_error();
         if let Some((left, peer)) = resend {
+            // A packet about to be resent is not counted as an error yet:
+            // only one that fails for good is.
             if !self.peers[peer.index()].lost {
                 self.error(&format!(
                     "packet send failed: {why}; resending ({} attempts left)",
@@ -380,6 +404,7 @@ impl Core {
                 return;
             }
         }
+        self.count_error();
         match self.ops.remove(id).expect("checked above") {
             Op::Packet(p) => {
                 let peer = p.peer;

@@ -1,0 +1,104 @@
+//! Aborting a rendezvous: its chunks still in flight are cancelled (a
+//! posted tagged receive or send may otherwise wait for ever for a peer
+//! that will not act), chunks not yet handed over are dropped, and the
+//! peer is told where it would otherwise wait: the sender of a send
+//! rendezvous through a FIN with `FLAG_ABORT`, the receiver through a FIN
+//! with a failed status.
+
+use super::action::{Action, Out};
+use super::ids::{Cookie, OpId, PeerId, RndvId};
+use super::rndv::SendState;
+use super::txq::{ChunkOwner, Op};
+use super::Core;
+use crate::wire::{self, Kind};
+
+impl Core {
+    /// Fails a receive-side rendezvous's outstanding work; with `notify`,
+    /// tells the sender of a send rendezvous that granted data will not
+    /// be received.
+    pub(super) fn abort_recv(&mut self, id: RndvId, notify: bool, out: &mut Out) {
+        let Some(r) = self.rndv_recv.get_mut(id) else {
+            return;
+        };
+        r.failed = true;
+        let tell = notify && !r.read && r.cts_sent && !r.abort_sent;
+        r.abort_sent |= !r.read && r.cts_sent;
+        let (peer, cookie) = (r.peer, r.cookie);
+        if tell && !self.peers[peer.index()].lost {
+            let mut fin = self.header(Kind::Fin);
+            fin.cookie = cookie.0;
+            fin.status = 1;
+            self.send_ctrl(peer, &fin, out);
+        }
+        self.cancel_chunks(ChunkOwner::Recv(id), out);
+    }
+
+    /// Fails a send-side rendezvous's outstanding work; with `notify`,
+    /// tells the receiver (which posted receives for the data) that the
+    /// data will not come.
+    pub(super) fn abort_send(&mut self, cookie: Cookie, notify: bool, out: &mut Out) {
+        let Some(s) = self.rndv_send.get_mut(&cookie) else {
+            return;
+        };
+        s.failed = true;
+        let tell = notify && s.state == SendState::Sending && !s.abort_sent;
+        s.abort_sent = true;
+        let peer = s.peer;
+        if tell && !self.peers[peer.index()].lost {
+            let mut fin = self.header(Kind::Fin);
+            fin.flags |= wire::FLAG_ABORT;
+            fin.cookie = cookie.0;
+            fin.status = 1;
+            self.send_ctrl(peer, &fin, out);
+        }
+        self.cancel_chunks(ChunkOwner::Send(cookie), out);
+    }
+
+    /// The sender of a send rendezvous failed after our CTS.
+    pub(super) fn on_sender_abort(&mut self, peer: PeerId, cookie: Cookie, out: &mut Out) {
+        let found = self
+            .rndv_recv
+            .iter()
+            .find(|(_, r)| r.peer == peer && r.cookie == cookie && !r.read)
+            .map(|(id, _)| id);
+        let Some(id) = found else {
+            self.error("dropped a rendezvous abort for no pending receive");
+            return;
+        };
+        self.count_error();
+        self.error("the sender reported a failed rendezvous");
+        if let Some(r) = self.rndv_recv.get_mut(id) {
+            r.abort_sent = true;
+        }
+        self.abort_recv(id, false, out);
+        if self.rndv_recv.get(id).is_some_and(|r| r.outstanding == 0) {
+            self.finish_rndv_recv(id, out);
+        }
+    }
+
+    /// Cancels every chunk of a rendezvous: posted ones through the
+    /// driver (each is still reported once), queued ones at once.
+    fn cancel_chunks(&mut self, owner: ChunkOwner, out: &mut Out) {
+        let mine: Vec<(OpId, usize)> = self
+            .ops
+            .iter()
+            .filter_map(|(id, op)| match op {
+                Op::Chunk(c) if c.owner == owner => Some((id, c.rail.index())),
+                _ => None,
+            })
+            .collect();
+        for (id, rail) in mine {
+            let queue = &mut self.rails[rail].retry;
+            if let Some(pos) = queue.iter().position(|&q| q == id) {
+                queue.remove(pos);
+                self.ops.remove(id);
+                self.chunk_done(owner, true, out);
+            } else {
+                out.actions.push(Action::Cancel {
+                    op: id,
+                    rail: super::ids::RailId(rail as u8),
+                });
+            }
+        }
+    }
+}
