@@ -14,7 +14,7 @@ use crate::usermem::{Region, UserBuf};
 
 /// Resends of a packet that failed (a reliable provider re-establishes a
 /// broken connection) before its peer is given up.
-pub(super) const RESENDS: u8 = 3;
+pub const RESENDS: u8 = 3;
 
 /// A transmit bounce buffer and its registration (FI_MR_LOCAL rails).
 pub(super) struct TxBuf {
@@ -107,6 +107,15 @@ impl Op {
             Op::Packet(p) => p.rail,
             Op::Chunk(c) => c.rail,
         }
+    }
+
+    /// Whether the operation takes a transmit credit. A tagged receive
+    /// waits in the provider's receive queue for the peer's data; were it
+    /// to hold a credit, the receives of a rendezvous (one per chunk)
+    /// could take every credit and leave the CTS that makes the peer send
+    /// that data queued behind them for ever.
+    fn takes_credit(&self) -> bool {
+        !matches!(self, Op::Chunk(c) if c.kind == ChunkKind::TaggedRecv)
     }
 }
 
@@ -206,12 +215,13 @@ impl Core {
     /// when a credit is free and nothing waits before it.
     pub(super) fn submit_op(&mut self, op: Op, out: &mut Out) -> OpId {
         let rail = op.rail();
+        let credit = op.takes_credit();
         let id = self.ops.insert(op);
         let r = &mut self.rails[rail.index()];
-        if !r.retry.is_empty() || r.inflight >= r.profile.tx_depth {
+        if credit && (!r.retry.is_empty() || r.inflight >= r.profile.tx_depth) {
             r.retry.push_back(id);
         } else {
-            r.inflight += 1;
+            r.inflight += credit as usize;
             self.emit(id, out);
         }
         id
@@ -284,7 +294,8 @@ impl Core {
                 let Some(id) = r.retry.pop_front() else {
                     break;
                 };
-                r.inflight += 1;
+                let credit = self.ops.get(id).is_some_and(Op::takes_credit);
+                self.rails[rail].inflight += credit as usize;
                 self.emit(id, out);
             }
         }
@@ -309,7 +320,7 @@ impl Core {
             (Posted::Op(id), PostError::Again) => {
                 let Some(op) = self.ops.get(id) else { return };
                 let r = &mut self.rails[op.rail().index()];
-                r.inflight -= 1;
+                r.inflight -= op.takes_credit() as usize;
                 r.retry.push_back(id);
             }
             (Posted::Op(id), PostError::Hard(code)) => {
@@ -326,7 +337,7 @@ impl Core {
             self.error("completion for an unknown operation");
             return;
         };
-        self.rails[op.rail().index()].inflight -= 1;
+        self.rails[op.rail().index()].inflight -= op.takes_credit() as usize;
         match op {
             Op::Packet(p) => {
                 if let AfterSend::Complete(req) = p.then {
@@ -355,6 +366,7 @@ impl Core {
             return;
         };
         let rail = op.rail();
+        let credit = op.takes_credit() as usize;
         let resend = match op {
             Op::Packet(p) if p.resends_left > 0 => {
                 p.resends_left -= 1;
@@ -362,7 +374,7 @@ impl Core {
             }
             _ => None,
         };
-        self.rails[rail.index()].inflight -= 1;
+        self.rails[rail.index()].inflight -= credit;
         self.count_error();
         if let Some((left, peer)) = resend {
             if !self.peers[peer.index()].lost {
