@@ -20,6 +20,8 @@ pub mod matching;
 pub mod order;
 pub mod proto;
 pub mod request;
+#[cfg(test)]
+mod sim;
 pub mod sync;
 pub mod sys;
 pub mod usermem;

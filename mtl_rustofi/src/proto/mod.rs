@@ -35,7 +35,9 @@ mod rndv_send;
 mod txq;
 
 pub use action::{Access, Action, Event, Out, PostError, Posted, Status};
+pub use eager::SendArgs;
 pub use recv::ProbeInfo;
+pub use txq::RESENDS;
 
 use crate::config::Fault;
 use crate::matching::{Envelope, Matcher};
