@@ -141,8 +141,9 @@ impl Core {
     /// queue depth grow the pool (each queued eager send holds its copy);
     /// the excess is freed again as the burst drains.
     pub(super) fn recycle_tx(&mut self, rail: RailId, b: TxBuf, out: &mut Out) {
+        let unusable = self.tx_unusable(&b);
         let r = &mut self.rails[rail.index()];
-        if r.tx_free.len() < r.profile.tx_depth.max(256) {
+        if !unusable && r.tx_free.len() < r.profile.tx_depth.max(256) {
             r.tx_free.push(b);
             return;
         }
@@ -153,6 +154,30 @@ impl Core {
             // when the memory is freed.
             self.retired.push(b.mem);
         }
+    }
+
+    /// Whether the buffer's registration failed: every send from it fails,
+    /// so it must leave the pool.
+    fn tx_unusable(&self, b: &TxBuf) -> bool {
+        b.mr.is_some_and(|m| self.mrs.get(m) == Some(&MrUse::Failed))
+    }
+
+    /// Before a packet is resent: if its buffer's registration failed,
+    /// the packet moves to a fresh buffer (else every resend would fail
+    /// the same way and the peer would be given up over one failed
+    /// registration).
+    fn rebuffer(&mut self, id: OpId, out: &mut Out) {
+        let rail = match self.ops.get(id) {
+            Some(Op::Packet(p)) if self.tx_unusable(&p.buf) => p.rail,
+            _ => return,
+        };
+        let mut fresh = self.take_tx(rail, out);
+        let Some(Op::Packet(p)) = self.ops.get_mut(id) else {
+            unreachable!("checked above")
+        };
+        fresh.mem[..p.len].copy_from_slice(&p.buf.mem[..p.len]);
+        let old = std::mem::replace(&mut p.buf, fresh);
+        self.recycle_tx(rail, old, out);
     }
 
     /// Asks for a registration and notes what it is for.
@@ -382,6 +407,7 @@ impl Core {
                     "packet send failed: {why}; resending ({} attempts left)",
                     left + 1
                 ));
+                self.rebuffer(id, out);
                 self.rails[rail.index()].retry.push_back(id);
                 return;
             }
