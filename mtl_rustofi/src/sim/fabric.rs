@@ -67,6 +67,7 @@ enum Fate {
 
 pub(crate) type Hook = Box<dyn FnMut(&PostInfo) -> Inject>;
 
+#[derive(Debug)]
 pub(crate) enum Ev {
     Step {
         node: usize,
@@ -195,6 +196,13 @@ impl RailSim {
         gone.into_iter().map(|t| t.op).collect()
     }
 
+    /// Drops the unexpected tagged message (from, tag), if held.
+    pub(crate) fn drop_unexpected(&mut self, from: usize, tag: u64) -> bool {
+        let before = self.tunexp.len();
+        self.tunexp.retain(|m| (m.from, m.tag) != (from, tag));
+        self.tunexp.len() != before
+    }
+
     pub(crate) fn tagged_left(&self) -> usize {
         self.tposted.len() + self.tunexp.len()
     }
@@ -276,6 +284,12 @@ pub(crate) struct World {
     pub(crate) reqs: Vec<Req>,
     pub(crate) probes: Vec<(usize, u64, crate::matching::Selector, ProbeInfo)>,
     pub(crate) unsatisfied_mprobes: usize,
+    /// Matched-probe retries queued.
+    pub(crate) mprobe_polls: usize,
+    /// Tagged receives whose post failed for good, by (node, rail, source,
+    /// tag): the chunk their peer sends for them stays in the provider's
+    /// unexpected queue (the core cannot take back the CTS).
+    pub(crate) orphans: Vec<(usize, usize, usize, u64)>,
     pub(crate) hook: Option<Hook>,
     pub(crate) dead: Option<usize>,
     /// Events handled (bounded: a run that does not settle is a hang).
@@ -382,6 +396,8 @@ impl World {
             reqs: Vec::new(),
             probes: Vec::new(),
             unsatisfied_mprobes: 0,
+            mprobe_polls: 0,
+            orphans: Vec::new(),
             hook: None,
             dead: None,
             steps: 0,
@@ -423,9 +439,15 @@ impl World {
 
     pub(crate) fn fail(&self, what: &str) -> ! {
         panic!(
-            "seed {}: t={} ns: {what}\nin flight (sim): {:?}\nleftovers: {:?}",
+            "seed {}: t={} ns: {what}\nqueued: {:?}\nin flight (sim): {:?}\nleftovers: {:?}",
             self.seed,
             self.now,
+            self.queue
+                .iter()
+                .filter(|q| !matches!(q.ev, Ev::Tick { .. }))
+                .take(8)
+                .map(|q| &q.ev)
+                .collect::<Vec<_>>(),
             self.nodes
                 .iter()
                 .map(|n| (n.alive, n.outstanding.clone()))
@@ -938,7 +960,10 @@ impl World {
                     out,
                 ) {
                     Fate::Posted(f) => f,
-                    Fate::Hard => return self.forget_op(n, op),
+                    Fate::Hard => {
+                        self.orphans.push((n, r, from, tag));
+                        return self.forget_op(n, op);
+                    }
                     Fate::Again => return,
                 };
                 self.note_posted_as(n, op, r, None, false);

@@ -25,6 +25,12 @@ impl World {
             self.schedule(d.at, Ev::Death { node: d.node });
         }
         self.settle();
+        // Chunks sent for tagged receives that could not be posted stay
+        // with the provider; a real one keeps them until the endpoint
+        // closes.
+        for (n, r, from, tag) in std::mem::take(&mut self.orphans) {
+            self.nodes[n].rails[r].drop_unexpected(from, tag);
+        }
         if self.dead.is_some() || self.plan.allow_unmatched {
             self.cancel_leftover_receives();
             self.settle();
@@ -86,6 +92,9 @@ impl World {
                 }
             }
             Ev::Step { node, cmd } => {
+                if let Cmd::Mprobe(..) = cmd {
+                    self.mprobe_polls -= 1;
+                }
                 if self.nodes[node].alive {
                     self.step(node, cmd);
                 }
@@ -446,12 +455,13 @@ impl World {
             }
             None => {
                 // Nothing else can happen any more: the message will not come.
-                let stuck = self.busy_events == 0 && self.quiet();
+                let stuck = self.busy_events == self.mprobe_polls && self.quiet();
                 let stalls = if stuck { stalls + 1 } else { 0 };
                 if stalls > 20 {
                     self.unsatisfied_mprobes += 1;
                     return;
                 }
+                self.mprobe_polls += 1;
                 let d = self.rng.range(200, 3_000);
                 self.schedule(
                     d,
@@ -531,7 +541,7 @@ impl World {
     fn cancel_leftover_receives(&mut self) {
         for req in 0..self.reqs.len() {
             let r = &self.reqs[req];
-            if r.done.is_some() || !self.nodes[r.node].alive {
+            if r.done.is_some() || r.refused || !self.nodes[r.node].alive {
                 continue;
             }
             let n = r.node;
