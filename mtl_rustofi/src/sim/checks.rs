@@ -313,3 +313,77 @@ impl World {
         }
     }
 }
+
+/// What a set of runs exercised, to check that the matrix covers what it
+/// claims.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Coverage {
+    pub(crate) runs: u64,
+    pub(crate) sends: u64,
+    pub(crate) refused: u64,
+    pub(crate) rndv: u64,
+    pub(crate) empty: u64,
+    pub(crate) sync: u64,
+    pub(crate) recv_ok: u64,
+    pub(crate) truncated: u64,
+    pub(crate) recv_failed: u64,
+    pub(crate) send_failed: u64,
+    pub(crate) mrecv: u64,
+    pub(crate) probes: u64,
+    pub(crate) cancel_won: u64,
+    pub(crate) cancel_lost: u64,
+    pub(crate) cancelled_at_end: u64,
+    pub(crate) coalesced: u64,
+    pub(crate) unexpected: u64,
+    pub(crate) errors: u64,
+    pub(crate) deaths: u64,
+    pub(crate) dups: u64,
+}
+
+impl Coverage {
+    pub(crate) fn add(&mut self, w: &World) {
+        self.runs += 1;
+        for r in &w.reqs {
+            match (r.kind, r.done) {
+                (ReqKind::Send { msg }, _) => {
+                    let m = w.plan.msgs[msg].spec;
+                    self.sends += 1;
+                    self.refused += r.refused as u64;
+                    self.rndv += (m.len > eager_limit(&w.rails, m.from, m.to)) as u64;
+                    self.empty += (m.len == 0) as u64;
+                    self.sync += m.sync as u64;
+                    if let Some((
+                        _,
+                        Event::Send {
+                            status: Status::Failed,
+                            ..
+                        },
+                    )) = r.done
+                    {
+                        self.send_failed += 1;
+                    }
+                }
+                (ReqKind::Recv { probed, .. }, Some((_, Event::Recv { status, .. }))) => {
+                    self.mrecv += probed.is_some() as u64;
+                    match status {
+                        Status::Ok => self.recv_ok += 1,
+                        Status::Truncated => self.truncated += 1,
+                        Status::Failed => self.recv_failed += 1,
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.probes += w.probes.len() as u64;
+        self.cancel_won += w.cancel_won as u64;
+        self.cancel_lost += w.cancel_lost as u64;
+        self.cancelled_at_end += w.cancelled_at_end as u64;
+        self.deaths += w.dead.is_some() as u64;
+        self.dups += w.dups as u64;
+        for n in &w.nodes {
+            self.coalesced += Stats::get(&n.stats.coalesced);
+            self.unexpected += Stats::get(&n.stats.unexpected);
+            self.errors += Stats::get(&n.stats.errors);
+        }
+    }
+}

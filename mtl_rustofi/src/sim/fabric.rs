@@ -296,6 +296,11 @@ pub(crate) struct World {
     pub(crate) steps: u64,
     /// Fault-free start: error counters of each node when the run began.
     pub(crate) cancelled_at_end: usize,
+    /// Cancels that won (the receive was still posted) and lost.
+    pub(crate) cancel_won: usize,
+    pub(crate) cancel_lost: usize,
+    /// Packets delivered twice.
+    pub(crate) dups: usize,
 }
 
 /// FNV-1a, to notice memory that changed under a posted operation.
@@ -402,6 +407,9 @@ impl World {
             dead: None,
             steps: 0,
             cancelled_at_end: 0,
+            cancel_won: 0,
+            cancel_lost: 0,
+            dups: 0,
         }
     }
 
@@ -799,6 +807,7 @@ impl World {
                 if !fail || self.rng.chance(self.faults.dup * 5) {
                     let d = self.latency();
                     if self.rng.chance(self.faults.dup) {
+                        self.dups += 1;
                         let d2 = self.latency();
                         self.schedule(
                             d2,

@@ -382,7 +382,11 @@ impl World {
                 let cancelled = self.nodes[n].core.cancel(pid, &mut out);
                 let done_before = self.reqs[req].done.is_some();
                 self.run_out(n, out);
+                if !cancelled {
+                    self.cancel_lost += 1;
+                }
                 if cancelled {
+                    self.cancel_won += 1;
                     if done_before
                         || !matches!(self.reqs[req].done, Some((_, Event::Cancelled { .. })))
                     {

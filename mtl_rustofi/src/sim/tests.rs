@@ -4,29 +4,80 @@
 
 #![cfg(test)]
 
+use super::checks::Coverage;
 use super::*;
 
 /// Seeds per (profile, fault set) in one regular run.
 const BASE_SEEDS: u64 = 40;
 
-/// Runs every fault set over `SEEDS` seeds of one profile.
+/// Runs every fault set over many seeds of one profile, and checks that
+/// the runs exercised what they are meant to.
 fn matrix(profile: &str) {
     let n = seeds(BASE_SEEDS);
     let first = std::env::var("SIM_SEED_BASE")
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(0);
+    let rails = profile_set(profile).expect("known profile");
     for fault in FAULT_SETS {
         if cfg!(miri) && !matches!(*fault, "none" | "mixed" | "death") {
             continue;
         }
+        let mut cov = Coverage::default();
         for seed in first..first + n {
-            run_case(&Case {
+            let o = run_case(&Case {
                 seed,
                 profile: profile.to_string(),
                 fault: fault.to_string(),
             });
+            cov.add(&o.world);
         }
+        if !cfg!(miri) {
+            check_coverage(profile, fault, &rails, &cov);
+        }
+    }
+}
+
+fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Coverage) {
+    let want = |what: &str, v: u64| {
+        assert!(
+            v > 0,
+            "{profile}/{fault}: no {what} in {} runs: {c:?}",
+            c.runs
+        )
+    };
+    let can_rndv = rails.profiles.iter().any(|p| p.rndv_read || p.tagged);
+    want("receives", c.recv_ok);
+    want("truncated receives", c.truncated);
+    want("empty messages", c.empty);
+    want("synchronous sends", c.sync);
+    want("matched probes", c.mrecv);
+    want("probes", c.probes);
+    want("cancels that won", c.cancel_won);
+    want("cancels that lost", c.cancel_lost);
+    want("unexpected messages", c.unexpected);
+    want("coalesced sends", c.coalesced);
+    if can_rndv {
+        want("rendezvous", c.rndv);
+    } else {
+        want("refused sends", c.refused);
+    }
+    let faults = fault_set(fault).expect("known fault set");
+    // Registrations happen on FI_MR_LOCAL rails and for RMA reads.
+    let registers = rails.profiles.iter().any(|p| p.mr_local || p.rndv_read);
+    if faults.any_error() && (fault != "reg" || registers) {
+        want("errors", c.errors);
+    }
+    if can_rndv && matches!(fault, "cqerr" | "posthard" | "death" | "mixed") {
+        want("failed receives", c.recv_failed);
+        want("failed sends", c.send_failed);
+    }
+    if fault == "death" {
+        want("deaths", c.deaths);
+        want("receives cancelled at the end", c.cancelled_at_end);
+    }
+    if fault == "dup" {
+        want("duplicated packets", c.dups);
     }
 }
 
