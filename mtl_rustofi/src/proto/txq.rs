@@ -331,6 +331,10 @@ impl Core {
         self.begin();
         match (what, err) {
             (Posted::Rx(rail, slot), PostError::Again) => {
+                // be0251a defect 5: the result of reposting was ignored.
+                if cfg!(feature = "be0251a-defects") {
+                    return;
+                }
                 self.rails[rail.index()].rx_retry.push_back(slot);
             }
             (Posted::Rx(rail, slot), PostError::Hard(code)) => {
@@ -340,6 +344,10 @@ impl Core {
                     self.rails[rail.index()].profile.provider,
                     crate::fabric::strerror(-code)
                 ));
+                // be0251a defect 5: the result of reposting was ignored.
+                if cfg!(feature = "be0251a-defects") {
+                    return;
+                }
                 self.rails[rail.index()].rx_retry.push_back(slot);
             }
             (Posted::Op(id), PostError::Again) => {
@@ -349,6 +357,19 @@ impl Core {
                 r.retry.push_back(id);
             }
             (Posted::Op(id), PostError::Hard(code)) => {
+                // be0251a defects 1 and 2: a chunk whose post failed was
+                // freed before its rendezvous was updated (1: a retried
+                // post, then a use after free) or its rendezvous was never
+                // updated (2: an immediate failure): the rendezvous never
+                // learns of it.
+                #[cfg(feature = "be0251a-defects")]
+                if let Some(Op::Chunk(c)) = self.ops.get(id) {
+                    let credit = self.ops.get(id).is_some_and(Op::takes_credit);
+                    self.rails[c.rail.index()].inflight -= credit as usize;
+                    self.ops.remove(id);
+                    self.count_error();
+                    return;
+                }
                 let why = crate::fabric::strerror(-code);
                 self.op_failed(id, &why, out);
             }
@@ -399,6 +420,15 @@ impl Core {
             }
             _ => None,
         };
+        // be0251a defect 3: only control and coalesced packets were resent;
+        // a failed copied eager, synchronous eager or RTS packet was
+        // dropped, and its peer kept, with a hole in its sequence.
+        let old_drop = cfg!(feature = "be0251a-defects")
+            && matches!(self.ops.get(id), Some(Op::Packet(p))
+                if p.then != AfterSend::Nothing
+                    || (p.buf.mem[1] == crate::wire::Kind::Eager as u8
+                        && p.buf.mem[2] & crate::wire::FLAG_MORE == 0));
+        let resend = resend.filter(|_| !old_drop);
         self.rails[rail.index()].inflight -= credit;
         self.count_error();
         if let Some((left, peer)) = resend {
@@ -436,7 +466,9 @@ impl Core {
                 // The packet may have held a sequence number the peer waits
                 // for, or a control message a rendezvous waits for: nothing
                 // more can be exchanged with that peer in order.
-                self.peer_lost(peer, out);
+                if !old_drop {
+                    self.peer_lost(peer, out);
+                }
             }
             Op::Chunk(c) => {
                 self.error(&format!(
