@@ -20,6 +20,7 @@
 //! A failing run panics with the command that replays it.
 
 mod checks;
+mod defects;
 mod fabric;
 mod profiles;
 mod rng;
