@@ -21,6 +21,7 @@
 
 mod checks;
 mod defects;
+mod driver;
 mod fabric;
 mod profiles;
 mod rng;
@@ -30,9 +31,9 @@ mod workload;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-pub(crate) use fabric::{Inject, PostInfo, PostKind, World};
+pub(crate) use fabric::World;
 pub(crate) use profiles::{fault_set, profile_set, FAULT_SETS, PROFILES};
-pub(crate) use workload::{MsgSpec, Plan};
+pub(crate) use workload::Plan;
 
 /// Per-mille rates of the faults a run injects.
 #[derive(Clone, Copy, Debug, Default)]

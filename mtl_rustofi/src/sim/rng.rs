@@ -47,11 +47,6 @@ impl Rng {
     pub(crate) fn chance(&mut self, permille: u32) -> bool {
         permille > 0 && self.below(1000) < permille as u64
     }
-
-    /// An independent generator for a sub-task.
-    pub(crate) fn fork(&mut self) -> Rng {
-        Rng::new(self.next())
-    }
 }
 
 #[cfg(test)]

@@ -298,7 +298,7 @@ impl World {
             for rail in 0..self.nodes[n].rails.len() {
                 let failed = self.nodes[n].rails[rail].take_tagged_from(d);
                 for op in failed {
-                    let t = self.completion_delay_pub();
+                    let t = self.completion_delay();
                     self.schedule(
                         t,
                         Ev::Complete {

@@ -8,7 +8,7 @@ use super::checks::Coverage;
 use super::*;
 
 /// Seeds per (profile, fault set) in one regular run.
-const BASE_SEEDS: u64 = 40;
+const BASE_SEEDS: u64 = 100;
 
 /// Runs every fault set over many seeds of one profile, and checks that
 /// the runs exercised what they are meant to.
