@@ -224,7 +224,7 @@ impl Plan {
             specs.swap(i, rng.usize(0, i));
         }
         let mut plan = Plan::explicit(nodes, rails, specs, rng, span);
-        if faults.death && nodes > 2 || faults.death && rng.chance(500) {
+        if faults.death && (nodes > 2 || rng.chance(500)) {
             plan.death = Some(Death {
                 node: rng.usize(0, nodes - 1),
                 at: rng.range(span / 4, span),
