@@ -337,6 +337,7 @@ pub(crate) struct Coverage {
     pub(crate) unexpected: u64,
     pub(crate) errors: u64,
     pub(crate) deaths: u64,
+    pub(crate) deaths_mid_rndv: u64,
     pub(crate) dups: u64,
 }
 
@@ -379,6 +380,7 @@ impl Coverage {
         self.cancel_lost += w.cancel_lost as u64;
         self.cancelled_at_end += w.cancelled_at_end as u64;
         self.deaths += w.dead.is_some() as u64;
+        self.deaths_mid_rndv += w.died_mid_rndv as u64;
         self.dups += w.dups as u64;
         for n in &w.nodes {
             self.coalesced += Stats::get(&n.stats.coalesced);

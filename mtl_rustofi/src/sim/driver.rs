@@ -630,6 +630,7 @@ impl World {
         if let Some(d) = self.plan.death {
             if d.on_first_chunk && self.dead.is_none() && (a == d.node || b == d.node) {
                 self.dead = Some(d.node);
+                self.died_mid_rndv = true;
                 self.schedule(0, Ev::Death { node: d.node });
             }
         }

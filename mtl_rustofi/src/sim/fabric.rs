@@ -290,6 +290,8 @@ pub(crate) struct World {
     pub(crate) orphans: Vec<(usize, usize, usize, u64)>,
     pub(crate) hook: Option<Hook>,
     pub(crate) dead: Option<usize>,
+    /// The node died as its first rendezvous chunk was posted.
+    pub(crate) died_mid_rndv: bool,
     /// Events handled (bounded: a run that does not settle is a hang).
     pub(crate) steps: u64,
     /// Fault-free start: error counters of each node when the run began.
@@ -403,6 +405,7 @@ impl World {
             orphans: Vec::new(),
             hook: None,
             dead: None,
+            died_mid_rndv: false,
             steps: 0,
             cancelled_at_end: 0,
             cancel_won: 0,

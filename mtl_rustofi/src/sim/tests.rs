@@ -20,7 +20,7 @@ fn matrix(profile: &str) {
         .unwrap_or(0);
     let rails = profile_set(profile).expect("known profile");
     for fault in FAULT_SETS {
-        if cfg!(miri) && !matches!(*fault, "none" | "mixed" | "death") {
+        if cfg!(miri) && !matches!(*fault, "mixed" | "death") {
             continue;
         }
         let mut cov = Coverage::default();
@@ -74,6 +74,9 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
     }
     if fault == "death" {
         want("deaths", c.deaths);
+        if can_rndv {
+            want("deaths in the middle of a rendezvous", c.deaths_mid_rndv);
+        }
         want("receives cancelled at the end", c.cancelled_at_end);
     }
     if fault == "dup" {
