@@ -25,7 +25,17 @@ impl Rails {
 
 /// Profile names, for the test matrix and `SIM_PROFILE`.
 pub(crate) const PROFILES: &[&str] = &[
-    "efa", "efa-va", "efa-send", "tcp-rxm", "udp-rxd", "shm", "sockets", "bare", "efa-shm",
+    "efa",
+    "efa-va",
+    "efa-send",
+    "tcp-rxm",
+    "udp-rxd",
+    "shm",
+    "sockets",
+    "bare",
+    "efa-shm",
+    "tiny",
+    "tiny-send",
 ];
 
 /// Fault set names, for the test matrix and `SIM_FAULT`.
@@ -183,6 +193,36 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
             8192,
             16,
             16,
+        )),
+        // Queues as small as they go: one operation in flight, two
+        // receive buffers, small chunks.
+        "tiny" => one(rail(
+            "tiny",
+            RailKind::Net,
+            true,
+            false,
+            true,
+            1024,
+            false,
+            true,
+            false,
+            2048,
+            1,
+            2,
+        )),
+        "tiny-send" => one(rail(
+            "tiny-send",
+            RailKind::Net,
+            true,
+            false,
+            true,
+            1024,
+            false,
+            false,
+            true,
+            2048,
+            1,
+            2,
         )),
         // EFA between hosts, shm between the two nodes of a host.
         "efa-shm" => Rails {

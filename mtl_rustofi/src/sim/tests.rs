@@ -129,6 +129,16 @@ fn sim_efa_with_shm() {
     matrix("efa-shm");
 }
 
+#[test]
+fn sim_tiny_queues() {
+    matrix("tiny");
+}
+
+#[test]
+fn sim_tiny_queues_send_rendezvous() {
+    matrix("tiny-send");
+}
+
 /// Replays one case: `SIM_SEED`, `SIM_PROFILE`, `SIM_FAULT` (defaults:
 /// seed 1, efa, mixed).
 #[test]
