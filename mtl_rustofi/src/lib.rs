@@ -32,6 +32,8 @@ pub mod matching;
 mod order;
 mod proto;
 mod request;
+#[cfg(test)]
+mod sim;
 mod sync;
 mod sys;
 mod usermem;

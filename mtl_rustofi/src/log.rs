@@ -27,8 +27,19 @@ fn line(text: String) {
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Tests that provoke errors on purpose (the protocol simulator) turn
+    /// the messages off for their thread.
+    pub(crate) static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// An error the user should see (always printed).
 pub(crate) fn error(msg: &str) {
+    #[cfg(test)]
+    if QUIET.with(|q| q.get()) {
+        return;
+    }
     line(format!("{} mtl_rustofi: error: {msg}\n", prefix()));
     tracing::error!("{msg}");
 }

@@ -39,6 +39,8 @@ mod txq;
 pub(crate) use action::{Access, Action, Event, Out, PostError, Posted, Status};
 pub(crate) use eager::SendArgs;
 pub(crate) use recv::ProbeInfo;
+#[cfg(test)]
+pub(crate) use txq::RESENDS;
 
 use crate::config::Fault;
 use crate::matching::{Envelope, Matcher};

@@ -387,6 +387,10 @@ impl Core {
         let Some(r) = self.rndv_recv.remove(id) else {
             return;
         };
+        // be0251a defect 4: a failed rendezvous counted its error again.
+        if cfg!(feature = "be0251a-defects") && r.failed {
+            self.count_error();
+        }
         if let Some(mr) = r.mr {
             self.deregister(mr, out);
         }

@@ -14,7 +14,7 @@ use crate::usermem::{Region, UserBuf};
 
 /// Resends of a packet that failed (a reliable provider re-establishes a
 /// broken connection) before its peer is given up.
-pub(super) const RESENDS: u8 = 3;
+pub(crate) const RESENDS: u8 = 3;
 
 /// A transmit bounce buffer and its registration (FI_MR_LOCAL rails).
 pub(super) struct TxBuf {
@@ -108,6 +108,15 @@ impl Op {
             Op::Chunk(c) => c.rail,
         }
     }
+
+    /// Whether the operation takes a transmit credit. A tagged receive
+    /// waits in the provider's receive queue for the peer's data; were it
+    /// to hold a credit, the receives of a rendezvous (one per chunk)
+    /// could take every credit and leave the CTS that makes the peer send
+    /// that data queued behind them for ever.
+    fn takes_credit(&self) -> bool {
+        !matches!(self, Op::Chunk(c) if c.kind == ChunkKind::TaggedRecv)
+    }
 }
 
 impl Core {
@@ -134,8 +143,9 @@ impl Core {
     /// the excess is freed again as the burst drains.
     #[inline]
     pub(super) fn recycle_tx(&mut self, rail: RailId, b: TxBuf, out: &mut Out) {
+        let unusable = self.tx_unusable(&b);
         let r = &mut self.rails[rail.index()];
-        if r.tx_free.len() < r.profile.tx_depth.max(256) {
+        if !unusable && r.tx_free.len() < r.profile.tx_depth.max(256) {
             r.tx_free.push(b);
             return;
         }
@@ -146,6 +156,30 @@ impl Core {
             // when the memory is freed.
             self.retired.push(b.mem);
         }
+    }
+
+    /// Whether the buffer's registration failed: every send from it fails,
+    /// so it must leave the pool.
+    fn tx_unusable(&self, b: &TxBuf) -> bool {
+        b.mr.is_some_and(|m| self.mrs.get(m) == Some(&MrUse::Failed))
+    }
+
+    /// Before a packet is resent: if its buffer's registration failed,
+    /// the packet moves to a fresh buffer (else every resend would fail
+    /// the same way and the peer would be given up over one failed
+    /// registration).
+    fn rebuffer(&mut self, id: OpId, out: &mut Out) {
+        let rail = match self.ops.get(id) {
+            Some(Op::Packet(p)) if self.tx_unusable(&p.buf) => p.rail,
+            _ => return,
+        };
+        let mut fresh = self.take_tx(rail, out);
+        let Some(Op::Packet(p)) = self.ops.get_mut(id) else {
+            unreachable!("checked above")
+        };
+        fresh.mem[..p.len].copy_from_slice(&p.buf.mem[..p.len]);
+        let old = std::mem::replace(&mut p.buf, fresh);
+        self.recycle_tx(rail, old, out);
     }
 
     /// Asks for a registration and notes what it is for.
@@ -208,8 +242,12 @@ impl Core {
     /// when a credit is free and nothing waits before it.
     pub(super) fn submit_op(&mut self, op: Op, out: &mut Out) -> OpId {
         let rail = op.rail();
+        let credit = op.takes_credit();
         let id = self.ops.insert(op);
-        if self.take_credit(rail, id) {
+        if !credit {
+            // Takes no credit, waits for no one (see `takes_credit`).
+            self.emit(id, out);
+        } else if self.take_credit(rail, id) {
             self.emit(id, out);
         }
         id
@@ -286,7 +324,8 @@ impl Core {
                 let Some(id) = r.retry.pop_front() else {
                     break;
                 };
-                r.inflight += 1;
+                let credit = self.ops.get(id).is_some_and(Op::takes_credit);
+                self.rails[rail].inflight += credit as usize;
                 self.emit(id, out);
             }
             left |= !self.rails[rail].retry.is_empty();
@@ -298,6 +337,10 @@ impl Core {
     pub(crate) fn on_post_failed(&mut self, what: Posted, err: PostError, out: &mut Out) {
         match (what, err) {
             (Posted::Rx(rail, slot), PostError::Again) => {
+                // be0251a defect 5: the result of reposting was ignored.
+                if cfg!(feature = "be0251a-defects") {
+                    return;
+                }
                 self.rails[rail.index()].rx_retry.push_back(slot);
                 self.queued = true;
             }
@@ -313,17 +356,34 @@ impl Core {
                         crate::fabric::strerror(-code)
                     ));
                 }
+                // be0251a defect 5: the result of reposting was ignored.
+                if cfg!(feature = "be0251a-defects") {
+                    return;
+                }
                 self.rails[rail.index()].rx_retry.push_back(slot);
                 self.queued = true;
             }
             (Posted::Op(id), PostError::Again) => {
                 let Some(op) = self.ops.get(id) else { return };
                 let r = &mut self.rails[op.rail().index()];
-                r.inflight -= 1;
+                r.inflight -= op.takes_credit() as usize;
                 r.retry.push_back(id);
                 self.queued = true;
             }
             (Posted::Op(id), PostError::Hard(code)) => {
+                // be0251a defects 1 and 2: a chunk whose post failed was
+                // freed before its rendezvous was updated (1: a retried
+                // post, then a use after free) or its rendezvous was never
+                // updated (2: an immediate failure): the rendezvous never
+                // learns of it.
+                #[cfg(feature = "be0251a-defects")]
+                if let Some(Op::Chunk(c)) = self.ops.get(id) {
+                    let credit = self.ops.get(id).is_some_and(Op::takes_credit);
+                    self.rails[c.rail.index()].inflight -= credit as usize;
+                    self.ops.remove(id);
+                    self.count_error();
+                    return;
+                }
                 let why = crate::fabric::strerror(-code);
                 self.op_failed(id, &why, out);
             }
@@ -337,7 +397,7 @@ impl Core {
             self.error("completion for an unknown operation");
             return;
         };
-        self.rails[op.rail().index()].inflight -= 1;
+        self.rails[op.rail().index()].inflight -= op.takes_credit() as usize;
         match op {
             Op::Packet(p) => {
                 if let AfterSend::Complete(req) = p.then {
@@ -358,7 +418,7 @@ impl Core {
         let Some(op) = self.ops.remove(id) else {
             return;
         };
-        self.rails[op.rail().index()].inflight -= 1;
+        self.rails[op.rail().index()].inflight -= op.takes_credit() as usize;
         match op {
             Op::Chunk(c) => self.chunk_done(c.owner, true, out),
             Op::Packet(p) => {
@@ -383,6 +443,7 @@ impl Core {
             return;
         };
         let rail = op.rail();
+        let credit = op.takes_credit() as usize;
         let resend = match op {
             Op::Packet(p) if p.resends_left > 0 => {
                 p.resends_left -= 1;
@@ -390,7 +451,16 @@ impl Core {
             }
             _ => None,
         };
-        self.rails[rail.index()].inflight -= 1;
+        // be0251a defect 3: only control and coalesced packets were resent;
+        // a failed copied eager, synchronous eager or RTS packet was
+        // dropped, and its peer kept, with a hole in its sequence.
+        let old_drop = cfg!(feature = "be0251a-defects")
+            && matches!(self.ops.get(id), Some(Op::Packet(p))
+                if p.then != AfterSend::Nothing
+                    || (p.buf.mem[1] == crate::wire::Kind::Eager as u8
+                        && p.buf.mem[2] & crate::wire::FLAG_MORE == 0));
+        let resend = resend.filter(|_| !old_drop);
+        self.rails[rail.index()].inflight -= credit;
         if let Some((left, peer)) = resend {
             // A packet about to be resent is not counted as an error yet:
             // only one that fails for good is.
@@ -399,6 +469,7 @@ impl Core {
                     "packet send failed: {why}; resending ({} attempts left)",
                     left + 1
                 ));
+                self.rebuffer(id, out);
                 self.rails[rail.index()].retry.push_back(id);
                 self.queued = true;
                 return;
@@ -429,7 +500,9 @@ impl Core {
                 // The packet may have held a sequence number the peer waits
                 // for, or a control message a rendezvous waits for: nothing
                 // more can be exchanged with that peer in order.
-                self.peer_lost(peer, out);
+                if !old_drop {
+                    self.peer_lost(peer, out);
+                }
             }
             Op::Chunk(c) => {
                 self.error(&format!(

@@ -1,0 +1,328 @@
+//! Directed cases for the error-path defects of the engine at be0251a.
+//! Each drives the exact path of one defect with a fault hook and checks
+//! the correct behaviour on top of the simulator's usual checks. Built
+//! with the `be0251a-defects` feature (which puts the old behaviour back
+//! into the core) they fail.
+
+#![cfg(test)]
+
+use super::fabric::{Inject, PostInfo, PostKind, ReqKind, World};
+use super::profiles::profile_set;
+use super::rng::Rng;
+use super::workload::{Cmd, ConsumerKind, MsgSpec, Plan};
+use super::Faults;
+use crate::proto::{Event, Stats, Status, RESENDS};
+use crate::wire::Kind;
+use std::cell::Cell;
+use std::rc::Rc;
+
+/// A message from `from` to `to` with a tag of its own (its index).
+fn msg(from: usize, to: usize, tag: i32, len: usize, sync: bool) -> MsgSpec {
+    MsgSpec {
+        from,
+        to,
+        ctx: 0,
+        tag,
+        len,
+        sync,
+    }
+}
+
+/// Plays `specs` (receives posted first, each of the message's size, then
+/// the sends in order) with faults injected by `hook` only.
+fn directed(
+    profile: &str,
+    specs: Vec<MsgSpec>,
+    allow_unmatched: bool,
+    hook: impl FnMut(&PostInfo) -> Inject + 'static,
+) -> World {
+    let rails = profile_set(profile).expect("known profile");
+    let nodes = specs.iter().map(|s| s.from.max(s.to)).max().unwrap_or(1) + 1;
+    let mut plan = Plan::explicit(nodes, &rails, specs, &mut Rng::new(1), 1_000);
+    let lens: Vec<usize> = plan.msgs.iter().map(|m| m.spec.len).collect();
+    for (c, len) in plan.consumers.iter_mut().zip(lens) {
+        c.kind = ConsumerKind::Recv;
+        c.buf_len = len;
+    }
+    let mut k = 0;
+    for (t, _, cmd) in &mut plan.script {
+        *t = match cmd {
+            Cmd::Consume(_) => 0,
+            _ => {
+                k += 1;
+                100 + 10 * k
+            }
+        };
+    }
+    plan.allow_unmatched = allow_unmatched;
+    let faults = Faults {
+        directed: true,
+        ..Faults::default()
+    };
+    let mut w = World::new(3, rails, faults, plan);
+    w.hook = Some(Box::new(hook));
+    w.run();
+    w.check();
+    w
+}
+
+/// Status of the send of message `i`.
+fn send_status(w: &World, i: usize) -> Option<Status> {
+    w.reqs.iter().find_map(|r| match (r.kind, r.done) {
+        (ReqKind::Send { msg }, Some((_, Event::Send { status, .. }))) if msg == i => Some(status),
+        _ => None,
+    })
+}
+
+/// Status of the receive that got message `i` (tags are unique).
+fn recv_status(w: &World, i: usize) -> Option<Status> {
+    let m = w.plan.msgs[i].spec;
+    w.reqs.iter().find_map(|r| match r.done {
+        Some((_, Event::Recv { tag, status, .. })) if r.node == m.to && tag == m.tag => {
+            Some(status)
+        }
+        _ => None,
+    })
+}
+
+fn errors(w: &World, node: usize) -> u64 {
+    Stats::get(&w.nodes[node].stats.errors)
+}
+
+fn is_chunk(i: &PostInfo) -> bool {
+    matches!(i.kind, PostKind::Read | PostKind::TaggedSend)
+}
+
+/// Profiles with the read rendezvous (efa, tcp;ofi_rxm) and the send
+/// rendezvous (efa-send).
+const RNDV_PROFILES: [&str; 3] = ["efa", "tcp-rxm", "efa-send"];
+
+/// A rendezvous of three chunks, then an eager message.
+fn rndv_then_eager(profile: &str) -> Vec<MsgSpec> {
+    let p = &profile_set(profile).expect("known").profiles[0];
+    vec![
+        msg(0, 1, 0, p.eager_limit + 2 * p.chunk + 100, false),
+        msg(0, 1, 1, 100, false),
+    ]
+}
+
+/// Defect 1: a chunk whose post was rejected with EAGAIN, queued, and
+/// whose retried post then fails hard. The old engine freed the chunk and
+/// then read it to update its rendezvous; here the operation is a slab
+/// entry removed only after its one report was acted on, so the failure
+/// must reach the rendezvous: it completes exactly once, failed, and
+/// nothing is left.
+#[test]
+fn sim_defect_1_chunk_retry_failure_no_use_after_free() {
+    for profile in RNDV_PROFILES {
+        let fired = Rc::new(Cell::new(0u32));
+        let f = fired.clone();
+        let mut target = None;
+        let w = directed(profile, rndv_then_eager(profile), false, move |i| {
+            if !is_chunk(i) || f.get() == 3 {
+                return Inject::Clean;
+            }
+            target = target.or(i.op);
+            if target != i.op {
+                return Inject::Clean;
+            }
+            match i.attempt {
+                1 => {
+                    f.set(1);
+                    Inject::Again
+                }
+                _ => {
+                    f.set(3);
+                    Inject::Hard(-5)
+                }
+            }
+        });
+        assert_eq!(fired.get(), 3, "{profile}: the retried post was not made");
+        assert_eq!(recv_status(&w, 0), Some(Status::Failed), "{profile}");
+        assert_eq!(send_status(&w, 0), Some(Status::Failed), "{profile}");
+        assert_eq!(recv_status(&w, 1), Some(Status::Ok), "{profile}");
+        for n in &w.nodes {
+            assert_eq!(n.core.leftovers().ops, 0, "{profile}: operations left");
+        }
+    }
+}
+
+/// Defect 2: the last chunk of a rendezvous fails hard at once. The
+/// request still completes (failed), and the peer learns of it (read:
+/// the FIN; send: its chunk's receive fails), so its request completes.
+#[test]
+fn sim_defect_2_last_chunk_hard_failure_completes_and_sends_fin() {
+    for profile in RNDV_PROFILES {
+        let fired = Rc::new(Cell::new(false));
+        let f = fired.clone();
+        let w = directed(profile, rndv_then_eager(profile), false, move |i| {
+            if is_chunk(i) && i.last_chunk && !f.get() {
+                f.set(true);
+                return Inject::Hard(-5);
+            }
+            Inject::Clean
+        });
+        assert!(fired.get(), "{profile}: no last chunk was posted");
+        assert_eq!(recv_status(&w, 0), Some(Status::Failed), "{profile}");
+        assert_eq!(send_status(&w, 0), Some(Status::Failed), "{profile}");
+        assert_eq!(recv_status(&w, 1), Some(Status::Ok), "{profile}");
+    }
+}
+
+/// The packets of defect 3: a copied eager, a synchronous eager and an
+/// RTS, each first in a stream of messages from node 0 to node 1.
+fn defect3_cases(profile: &str) -> Vec<(&'static str, Kind, Vec<MsgSpec>)> {
+    let p = &profile_set(profile).expect("known").profiles[0];
+    let rest = |first: MsgSpec| {
+        vec![
+            first,
+            msg(0, 1, 1, 10, false),
+            msg(0, 1, 2, p.eager_limit + 10, false),
+            msg(0, 1, 3, 0, true),
+            msg(0, 1, 4, 300, false),
+        ]
+    };
+    vec![
+        ("copied eager", Kind::Eager, rest(msg(0, 1, 0, 100, false))),
+        (
+            "synchronous eager",
+            Kind::Eager,
+            rest(msg(0, 1, 0, 100, true)),
+        ),
+        (
+            "RTS",
+            Kind::Rts,
+            rest(msg(0, 1, 0, p.eager_limit + 1, false)),
+        ),
+    ]
+}
+
+/// Defect 3: a copied eager, synchronous eager or RTS packet that fails
+/// holds a sequence number its receiver waits for. Failing once, it is
+/// resent and everything arrives in order; failing for good, the peer is
+/// given up: its requests fail and nothing hangs.
+#[test]
+fn sim_defect_3_failed_matchable_packet_does_not_stall_the_peer() {
+    for profile in ["efa", "udp-rxd"] {
+        for (what, kind, specs) in defect3_cases(profile) {
+            for fails in [1, RESENDS as u32 + 1] {
+                let fired = Rc::new(Cell::new(0u32));
+                let f = fired.clone();
+                let mut target = None;
+                let w = directed(profile, specs.clone(), fails > 1, move |i| {
+                    if i.node != 0 || i.kind != PostKind::Send || i.packet != Some(kind) {
+                        return Inject::Clean;
+                    }
+                    target = target.or(i.op);
+                    if target == i.op && f.get() < fails {
+                        f.set(f.get() + 1);
+                        return Inject::CqError;
+                    }
+                    Inject::Clean
+                });
+                let case = format!("{profile}: {what} failing {fails} time(s)");
+                assert_eq!(fired.get(), fails, "{case}: not failed as planned");
+                // A packet resent with success is no error; one that fails
+                // for good is (and so is the peer given up).
+                if fails == 1 {
+                    assert_eq!(errors(&w, 0), 0, "{case}");
+                } else {
+                    assert!(errors(&w, 0) >= 1, "{case}");
+                }
+                if fails == 1 {
+                    for i in 0..specs.len() {
+                        assert_eq!(send_status(&w, i), Some(Status::Ok), "{case}: send {i}");
+                        assert_eq!(recv_status(&w, i), Some(Status::Ok), "{case}: receive {i}");
+                    }
+                } else {
+                    // A copied eager send completed when it was copied; the
+                    // others fail with the packet.
+                    let first = if what == "copied eager" {
+                        Status::Ok
+                    } else {
+                        Status::Failed
+                    };
+                    assert_eq!(send_status(&w, 0), Some(first), "{case}");
+                    assert_ne!(recv_status(&w, 0), Some(Status::Ok), "{case}");
+                }
+            }
+        }
+    }
+}
+
+/// Defect 4: a failed rendezvous read is one error on the receiver (and
+/// one on the sender, which hears of it in the FIN); a failed tagged
+/// receive of the send rendezvous is one error on the receiver only.
+#[test]
+fn sim_defect_4_failed_rendezvous_counts_one_error() {
+    for (profile, kind, sender_errors) in [
+        ("efa", PostKind::Read, 1),
+        ("tcp-rxm", PostKind::Read, 1),
+        ("efa-send", PostKind::TaggedRecv, 0),
+    ] {
+        let fired = Rc::new(Cell::new(false));
+        let f = fired.clone();
+        let w = directed(profile, rndv_then_eager(profile), false, move |i| {
+            if i.kind == kind && !f.get() {
+                f.set(true);
+                return Inject::CqError;
+            }
+            Inject::Clean
+        });
+        assert!(fired.get(), "{profile}: no chunk failed");
+        assert_eq!(recv_status(&w, 0), Some(Status::Failed), "{profile}");
+        assert_eq!(
+            errors(&w, 1),
+            1,
+            "{profile}: errors counted on the receiver"
+        );
+        assert_eq!(
+            errors(&w, 0),
+            sender_errors,
+            "{profile}: errors counted on the sender"
+        );
+    }
+}
+
+/// Defect 5: reposting a receive buffer fails (hard error, then EAGAIN):
+/// the buffer is retried at the next progress and never lost, so every
+/// buffer is posted at quiesce (checked for every run).
+#[test]
+fn sim_defect_5_failed_rx_repost_is_retried() {
+    for profile in ["efa", "shm", "udp-rxd"] {
+        let rx = profile_set(profile).expect("known").profiles[0].rx_count as u64;
+        let fired = Rc::new(Cell::new(0u32));
+        let f = fired.clone();
+        let specs: Vec<MsgSpec> = (0..24)
+            .map(|i| msg(i % 2, 1 - i % 2, i as i32, 50 * i, false))
+            .collect();
+        let w = directed(profile, specs, false, move |i| {
+            if i.kind != PostKind::PostRecv || i.rx_post <= rx {
+                return Inject::Clean;
+            }
+            match i.rx_post - rx {
+                1 | 3 | 6 => {
+                    f.set(f.get() + 1);
+                    Inject::Hard(-5)
+                }
+                2 | 4 => {
+                    f.set(f.get() + 1);
+                    Inject::Again
+                }
+                _ => Inject::Clean,
+            }
+        });
+        assert_eq!(fired.get(), 10, "{profile}: reposts not failed as planned");
+        for (n, node) in w.nodes.iter().enumerate() {
+            assert_eq!(node.core.leftovers().rx_unposted, 0, "{profile}: node {n}");
+            // Counted once per buffer until it is posted again: three hard
+            // failures are one to three errors, depending on whether they
+            // hit one buffer's retries or different buffers.
+            let e = errors(&w, n);
+            assert!(
+                (1..=3).contains(&e),
+                "{profile}: node {n}: {e} errors for three hard failures"
+            );
+        }
+    }
+}

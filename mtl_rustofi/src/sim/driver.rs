@@ -1,0 +1,660 @@
+//! The simulated provider: executes the actions of a core (posts,
+//! sends, reads, tagged transfers, registrations) the way a provider
+//! would, with the run's faults, and reports their outcome later.
+
+use super::fabric::{hash, read_region, write_region};
+use super::fabric::{
+    Ev, Fate, Inject, PostInfo, PostKind, PostedOp, Reg, SlotState, TMsg, TRecv, World,
+};
+use crate::proto::ids::{MrId, OpId};
+use crate::proto::{Access, Action, Out, PostError, Posted, RESENDS};
+use crate::usermem::Region;
+
+impl World {
+    /// Asks the directed test's hook, if any, about a post.
+    fn ask(
+        &mut self,
+        n: usize,
+        kind: PostKind,
+        op: Option<OpId>,
+        local: Option<Region>,
+        packet: Option<crate::wire::Kind>,
+    ) -> Inject {
+        let attempt = match op {
+            Some(op) => {
+                let a = self.nodes[n].attempts.entry(op).or_insert(0);
+                *a += 1;
+                *a
+            }
+            None => 0,
+        };
+        if kind == PostKind::PostRecv {
+            self.nodes[n].rx_posts += 1;
+        }
+        let Some(hook) = self.hook.as_mut() else {
+            return Inject::Normal;
+        };
+        let last_chunk = local.is_some_and(|l| {
+            self.nodes[n]
+                .user_mem
+                .range(..=l.addr)
+                .next_back()
+                .is_some_and(|(&a, &len)| a + len == l.addr + l.len)
+        });
+        hook(&PostInfo {
+            node: n,
+            kind,
+            op,
+            attempt,
+            last_chunk,
+            packet,
+            rx_post: self.nodes[n].rx_posts,
+        })
+    }
+
+    /// Decides the fate of a post and reports a rejection to the core.
+    fn post_fate(
+        &mut self,
+        n: usize,
+        what: Posted,
+        inj: Inject,
+        err_rate: u32,
+        hard_ok: bool,
+        out: &mut Out,
+    ) -> Fate {
+        let inj = match inj {
+            Inject::Normal => {
+                if self.rng.chance(self.faults.post_again) {
+                    Inject::Again
+                } else if hard_ok && self.rng.chance(self.faults.post_hard) {
+                    Inject::Hard(-5)
+                } else if self.rng.chance(err_rate) {
+                    Inject::CqError
+                } else {
+                    Inject::Clean
+                }
+            }
+            i => i,
+        };
+        match inj {
+            Inject::Again => {
+                self.nodes[n]
+                    .core
+                    .on_post_failed(what, PostError::Again, out);
+                Fate::Again
+            }
+            Inject::Hard(code) => {
+                if let Posted::Op(op) = what {
+                    *self.nodes[n].fails.entry(op).or_insert(0) += 1;
+                }
+                self.nodes[n]
+                    .core
+                    .on_post_failed(what, PostError::Hard(code), out);
+                Fate::Hard
+            }
+            Inject::CqError => Fate::Posted(true),
+            Inject::Normal | Inject::Clean => Fate::Posted(false),
+        }
+    }
+
+    /// A chunk's id is free again once reported (a packet's is reused by
+    /// its resends).
+    pub(crate) fn forget(&mut self, n: usize, op: OpId) {
+        self.forget_op(n, op);
+    }
+
+    pub(crate) fn pop(&mut self) -> Ev {
+        let q = self.queue.pop().expect("events are queued");
+        if !matches!(q.ev, Ev::Tick { .. }) {
+            self.busy_events -= 1;
+        }
+        self.now = q.t;
+        q.ev
+    }
+
+    /// A tagged message reaches node `n`.
+    pub(crate) fn tagged_arrive(
+        &mut self,
+        n: usize,
+        rail: usize,
+        from: usize,
+        tag: u64,
+        data: Option<Vec<u8>>,
+    ) {
+        let rs = &mut self.nodes[n].rails[rail];
+        match rs
+            .tposted
+            .iter()
+            .position(|t| t.from == from && t.tag == tag)
+        {
+            Some(i) => {
+                let t = rs.tposted.remove(i);
+                self.tagged_match(n, t, data);
+            }
+            None if rs.tcanceled.remove(&(from, tag)) => {
+                // Its receive was cancelled: the provider drops it.
+            }
+            None => {
+                if rs.tunexp.iter().any(|m| m.from == from && m.tag == tag) {
+                    self.fail(&format!(
+                        "node {n}: two tagged messages from {from} with tag {tag:#x}"
+                    ));
+                }
+                rs.tunexp.push(TMsg { from, tag, data });
+            }
+        }
+    }
+
+    fn forget_op(&mut self, n: usize, op: OpId) {
+        self.nodes[n].attempts.remove(&op);
+        self.nodes[n].fails.remove(&op);
+    }
+
+    fn note_posted(
+        &mut self,
+        n: usize,
+        op: OpId,
+        rail: usize,
+        check: Option<(Region, Option<Region>, u64)>,
+    ) {
+        self.note_posted_as(n, op, rail, check, true);
+    }
+
+    fn note_posted_as(
+        &mut self,
+        n: usize,
+        op: OpId,
+        rail: usize,
+        check: Option<(Region, Option<Region>, u64)>,
+        credit: bool,
+    ) {
+        let node = &mut self.nodes[n];
+        if node
+            .posted
+            .insert(
+                op,
+                PostedOp {
+                    rail,
+                    credit,
+                    check,
+                },
+            )
+            .is_some()
+        {
+            self.fail(&format!(
+                "node {n}: operation {op:?} posted while in flight"
+            ));
+        }
+        if !credit {
+            return;
+        }
+        node.outstanding[rail] += 1;
+        let depth = self.rails.profiles[rail].tx_depth;
+        if self.nodes[n].outstanding[rail] > depth {
+            self.fail(&format!(
+                "node {n}: more than tx_depth {depth} operations in flight"
+            ));
+        }
+    }
+
+    /// With FI_MR_LOCAL, the operation must name a registration of the
+    /// rail covering its local memory.
+    fn check_mr(
+        &self,
+        n: usize,
+        rail: usize,
+        mr: Option<MrId>,
+        local: Region,
+        access: Access,
+        what: &str,
+    ) -> bool {
+        if !self.rails.profiles[rail].mr_local {
+            return true;
+        }
+        let Some(mr) = mr else {
+            self.fail(&format!(
+                "node {n}: {what} without a registration on an FI_MR_LOCAL rail"
+            ));
+        };
+        let Some(reg) = self.nodes[n].mrs.get(&mr) else {
+            self.fail(&format!(
+                "node {n}: {what} names {mr:?}, which is not registered"
+            ));
+        };
+        if reg.failed {
+            return false;
+        }
+        if reg.rail != rail || !reg.region.contains(local) || reg.access != access {
+            self.fail(&format!(
+                "node {n}: {what} of {local:?} names {mr:?} ({:?} of {:?} on rail {}), which does not cover it",
+                reg.access, reg.region, reg.rail
+            ));
+        }
+        true
+    }
+
+    /// Executes one action of node `n`.
+    pub(crate) fn exec(&mut self, n: usize, a: Action, out: &mut Out) {
+        match a {
+            Action::PostRecv { rail, slot } => {
+                let (r, s) = (rail.index(), slot.0 as usize);
+                let inj = self.ask(n, PostKind::PostRecv, None, None, None);
+                let Fate::Posted(fail) = self.post_fate(
+                    n,
+                    Posted::Rx(rail, slot),
+                    inj,
+                    self.faults.err_rx,
+                    true,
+                    out,
+                ) else {
+                    return;
+                };
+                let st = &mut self.nodes[n].rails[r].slots[s];
+                if *st != SlotState::Idle {
+                    self.fail(&format!(
+                        "node {n}: receive buffer {s} of rail {r} posted twice"
+                    ));
+                }
+                if fail {
+                    *st = SlotState::Failing;
+                    let d = self.completion_delay();
+                    self.schedule(
+                        d,
+                        Ev::RxError {
+                            node: n,
+                            rail: r,
+                            slot: s,
+                        },
+                    );
+                } else {
+                    *st = SlotState::Posted;
+                    if !self.nodes[n].rails[r].pending.is_empty() {
+                        self.schedule(1, Ev::Drain { node: n, rail: r });
+                    }
+                }
+            }
+            Action::Send {
+                op,
+                rail,
+                dest,
+                head,
+                mr,
+                payload,
+            } => {
+                let r = rail.index();
+                let to = dest.0 as usize;
+                let reg_ok = self.check_mr(n, r, mr, head, Access::Send, "Send");
+                if payload.is_some() && self.rails.profiles[r].mr_local {
+                    self.fail(&format!(
+                        "node {n}: zero-copy payload on an FI_MR_LOCAL rail"
+                    ));
+                }
+                let kind = crate::wire::Header::decode_prefix(&read_region(
+                    head.slice(0, crate::wire::EXT_LEN),
+                ))
+                .ok()
+                .map(|(h, _)| h.kind)
+                .or_else(|| {
+                    crate::wire::Header::decode(&read_region(head))
+                        .ok()
+                        .map(|h| h.kind)
+                });
+                let inj = self.ask(n, PostKind::Send, Some(op), None, kind);
+                let fails = self.nodes[n].fails.get(&op).copied().unwrap_or(0);
+                // A recovering provider: random failures stop before the
+                // core would give the peer up.
+                let transient = fails < RESENDS as u32;
+                let inj = if !reg_ok { Inject::Hard(-22) } else { inj };
+                let rate = if transient { self.faults.err_send } else { 0 };
+                let Fate::Posted(mut fail) =
+                    self.post_fate(n, Posted::Op(op), inj, rate, transient, out)
+                else {
+                    return;
+                };
+                let mut pkt = read_region(head);
+                if let Some(p) = payload {
+                    pkt.extend(read_region(p));
+                }
+                let cap = self.rails.profiles[r].buf_size;
+                if pkt.len() > cap {
+                    self.fail(&format!(
+                        "node {n}: packet of {} bytes for buffers of {cap}",
+                        pkt.len()
+                    ));
+                }
+                let h = hash(&pkt);
+                self.note_posted(n, op, r, Some((head, payload, h)));
+                if !self.nodes[to].alive {
+                    fail = true;
+                }
+                if fail {
+                    *self.nodes[n].fails.entry(op).or_insert(0) += 1;
+                }
+                if !fail || self.rng.chance(self.faults.dup * 5) {
+                    let d = self.latency();
+                    if self.rng.chance(self.faults.dup) {
+                        self.dups += 1;
+                        let d2 = self.latency();
+                        self.schedule(
+                            d2,
+                            Ev::Deliver {
+                                to,
+                                rail: r,
+                                from: n,
+                                pkt: pkt.clone(),
+                            },
+                        );
+                    }
+                    self.schedule(
+                        d,
+                        Ev::Deliver {
+                            to,
+                            rail: r,
+                            from: n,
+                            pkt,
+                        },
+                    );
+                }
+                let d = self.completion_delay();
+                self.schedule(
+                    d,
+                    Ev::Complete {
+                        node: n,
+                        op,
+                        ok: !fail,
+                    },
+                );
+            }
+            Action::Read {
+                op,
+                rail,
+                src,
+                local,
+                mr,
+                remote_addr,
+                key,
+            } => {
+                let r = rail.index();
+                self.check_mr(n, r, mr, local, Access::Read, "Read");
+                if !self.nodes[n].is_user_mem(local) {
+                    self.fail(&format!(
+                        "node {n}: Read into {local:?}, which is no request's memory"
+                    ));
+                }
+                self.maybe_die_on_chunk(n, src.0 as usize);
+                let inj = self.ask(n, PostKind::Read, Some(op), Some(local), None);
+                let fail =
+                    match self.post_fate(n, Posted::Op(op), inj, self.faults.err_read, true, out) {
+                        Fate::Posted(f) => f,
+                        Fate::Hard => return self.forget_op(n, op),
+                        Fate::Again => return,
+                    };
+                self.note_posted(n, op, r, None);
+                let d = self.latency();
+                self.schedule(
+                    d,
+                    Ev::ReadDo {
+                        node: n,
+                        op,
+                        rail: r,
+                        from: src.0 as usize,
+                        local,
+                        addr: remote_addr,
+                        key,
+                        fail,
+                    },
+                );
+            }
+            Action::TaggedSend {
+                op,
+                rail,
+                dest,
+                local,
+                mr,
+                tag,
+            } => {
+                let r = rail.index();
+                let to = dest.0 as usize;
+                self.check_mr(n, r, mr, local, Access::Send, "TaggedSend");
+                if !self.nodes[n].is_user_mem(local) {
+                    self.fail(&format!(
+                        "node {n}: TaggedSend from {local:?}, which is no request's memory"
+                    ));
+                }
+                self.maybe_die_on_chunk(n, to);
+                let inj = self.ask(n, PostKind::TaggedSend, Some(op), Some(local), None);
+                let fate = self.post_fate(n, Posted::Op(op), inj, self.faults.err_tsend, true, out);
+                // The simulated provider fails a tagged transfer on both
+                // sides: the receive of a chunk whose send failed (or was
+                // never posted) completes with an error too.
+                let fail = match fate {
+                    Fate::Again => return,
+                    Fate::Hard => {
+                        self.forget_op(n, op);
+                        let d = self.latency();
+                        self.schedule(
+                            d,
+                            Ev::TaggedArrive {
+                                to,
+                                rail: r,
+                                from: n,
+                                tag,
+                                data: None,
+                            },
+                        );
+                        return;
+                    }
+                    Fate::Posted(f) => f || !self.nodes[to].alive,
+                };
+                let data = read_region(local);
+                self.note_posted(n, op, r, None);
+                let d = self.latency();
+                self.schedule(
+                    d,
+                    Ev::TaggedArrive {
+                        to,
+                        rail: r,
+                        from: n,
+                        tag,
+                        data: (!fail).then_some(data),
+                    },
+                );
+                let d = self.completion_delay();
+                self.schedule(
+                    d,
+                    Ev::Complete {
+                        node: n,
+                        op,
+                        ok: !fail,
+                    },
+                );
+            }
+            Action::TaggedRecv {
+                op,
+                rail,
+                src,
+                local,
+                mr,
+                tag,
+            } => {
+                let r = rail.index();
+                let from = src.0 as usize;
+                self.check_mr(n, r, mr, local, Access::Recv, "TaggedRecv");
+                if !self.nodes[n].is_user_mem(local) {
+                    self.fail(&format!(
+                        "node {n}: TaggedRecv into {local:?}, which is no request's memory"
+                    ));
+                }
+                let inj = self.ask(n, PostKind::TaggedRecv, Some(op), Some(local), None);
+                let fail = match self.post_fate(
+                    n,
+                    Posted::Op(op),
+                    inj,
+                    self.faults.err_trecv,
+                    true,
+                    out,
+                ) {
+                    Fate::Posted(f) => f,
+                    Fate::Hard => {
+                        self.orphans.push((n, r, from, tag));
+                        return self.forget_op(n, op);
+                    }
+                    Fate::Again => {
+                        // Retried later, unless the core aborts the
+                        // rendezvous first: then its chunk is an orphan.
+                        self.deferred_trecvs.insert((n, r, from, tag));
+                        return;
+                    }
+                };
+                self.deferred_trecvs.remove(&(n, r, from, tag));
+                self.note_posted_as(n, op, r, None, false);
+                if !self.nodes[from].alive {
+                    let d = self.completion_delay();
+                    self.schedule(
+                        d,
+                        Ev::Complete {
+                            node: n,
+                            op,
+                            ok: false,
+                        },
+                    );
+                    return;
+                }
+                let t = TRecv {
+                    op,
+                    from,
+                    tag,
+                    local,
+                    fail,
+                };
+                let rs = &mut self.nodes[n].rails[r];
+                match rs
+                    .tunexp
+                    .iter()
+                    .position(|m| m.from == from && m.tag == tag)
+                {
+                    Some(i) => {
+                        let m = rs.tunexp.remove(i);
+                        self.tagged_match(n, t, m.data);
+                    }
+                    None => rs.tposted.push(t),
+                }
+            }
+            Action::Register {
+                mr,
+                rail,
+                region,
+                access,
+                requested_key,
+            } => {
+                let r = rail.index();
+                if self.nodes[n].mrs.contains_key(&mr) {
+                    self.fail(&format!(
+                        "node {n}: {mr:?} registered while still registered"
+                    ));
+                }
+                let inj = self.ask(n, PostKind::Register, None, Some(region), None);
+                let fail = match inj {
+                    Inject::Normal => self.rng.chance(self.faults.reg_fail),
+                    Inject::Clean => false,
+                    _ => true,
+                };
+                let key = if self.rails.profiles[r].mr_prov_key {
+                    loop {
+                        let k = self.rng.next();
+                        if !self.nodes[n]
+                            .mrs
+                            .values()
+                            .any(|g| g.rail == r && g.key == k)
+                        {
+                            break k;
+                        }
+                    }
+                } else {
+                    if requested_key == 0
+                        || self.nodes[n]
+                            .mrs
+                            .values()
+                            .any(|g| g.rail == r && !g.failed && g.key == requested_key)
+                    {
+                        self.fail(&format!(
+                            "node {n}: requested key {requested_key} is in use or zero"
+                        ));
+                    }
+                    requested_key
+                };
+                self.nodes[n].mrs.insert(
+                    mr,
+                    Reg {
+                        rail: r,
+                        region,
+                        access,
+                        key,
+                        failed: fail,
+                    },
+                );
+                let res = if fail { Err(-12) } else { Ok(key) };
+                self.nodes[n].core.on_registered(mr, res, out);
+            }
+            Action::Cancel { op, rail } => {
+                // Like a provider: a tagged receive still waiting for its
+                // message is taken back and reports its cancellation; any
+                // other operation has finished or is under way, and its
+                // report comes as scheduled.
+                let rs = &mut self.nodes[n].rails[rail.index()];
+                if let Some(i) = rs.tposted.iter().position(|t| t.op == op) {
+                    let t = rs.tposted.remove(i);
+                    rs.tcanceled.insert((t.from, t.tag));
+                    let d = self.completion_delay();
+                    self.schedule(d, Ev::Canceled { node: n, op });
+                }
+            }
+            Action::Deregister { mr } => {
+                if self.nodes[n].mrs.remove(&mr).is_none() {
+                    self.fail(&format!(
+                        "node {n}: release of {mr:?}, which is not registered"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// A tagged receive meets its message (`None`: the send failed).
+    fn tagged_match(&mut self, n: usize, t: TRecv, data: Option<Vec<u8>>) {
+        let ok = match data {
+            Some(d) if !t.fail => {
+                if d.len() != t.local.len {
+                    self.fail(&format!(
+                        "node {n}: tagged chunk of {} bytes for a receive of {}",
+                        d.len(),
+                        t.local.len
+                    ));
+                }
+                write_region(t.local, &d);
+                true
+            }
+            _ => false,
+        };
+        let d = self.completion_delay();
+        self.schedule(
+            d,
+            Ev::Complete {
+                node: n,
+                op: t.op,
+                ok,
+            },
+        );
+    }
+
+    /// Death "in the middle of a rendezvous": at the first chunk involving
+    /// the doomed node.
+    fn maybe_die_on_chunk(&mut self, a: usize, b: usize) {
+        if let Some(d) = self.plan.death {
+            if d.on_first_chunk && self.dead.is_none() && (a == d.node || b == d.node) {
+                self.dead = Some(d.node);
+                self.died_mid_rndv = true;
+                self.schedule(0, Ev::Death { node: d.node });
+            }
+        }
+    }
+}

@@ -1,0 +1,504 @@
+//! The simulated fabric: nodes (a core each), the event queue, and a
+//! driver that executes the cores' actions the way a provider would.
+
+use super::profiles::Rails;
+use super::rng::Rng;
+use super::workload::{Buf, Plan};
+use super::Faults;
+use crate::config::Fault;
+use crate::matching::PostId;
+use crate::proto::ids::{FiAddr, MrId, OpId, PeerId, RailId, RxSlot};
+use crate::proto::{Access, Action, Core, CoreConfig, Event, Out, ProbeInfo, Stats};
+use crate::usermem::Region;
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+
+/// The kind of a post (or registration) the fault hook is asked about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PostKind {
+    Send,
+    Read,
+    TaggedSend,
+    TaggedRecv,
+    PostRecv,
+    Register,
+}
+
+/// What the hook of a directed test sees of a post.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PostInfo {
+    pub(crate) node: usize,
+    pub(crate) kind: PostKind,
+    pub(crate) op: Option<OpId>,
+    /// Posts of this operation id so far, this one included.
+    pub(crate) attempt: u32,
+    /// The chunk ends where its request's buffer ends.
+    pub(crate) last_chunk: bool,
+    /// Kind of the first message of a packet (`Send`).
+    pub(crate) packet: Option<crate::wire::Kind>,
+    /// Receive-buffer posts of this node so far, this one included.
+    pub(crate) rx_post: u64,
+}
+
+/// What the hook asks the provider to do with a post.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Inject {
+    /// Whatever the run's random faults decide.
+    Normal,
+    /// Accept it, no random fault.
+    Clean,
+    Again,
+    Hard(i32),
+    /// Accept it, then complete it with an error.
+    CqError,
+}
+
+/// What became of a post.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fate {
+    Again,
+    Hard,
+    /// Accepted; completes with an error if true.
+    Posted(bool),
+}
+
+pub(crate) type Hook = Box<dyn FnMut(&PostInfo) -> Inject>;
+
+#[derive(Debug)]
+pub(crate) enum Ev {
+    Step {
+        node: usize,
+        cmd: super::workload::Cmd,
+    },
+    Tick {
+        node: usize,
+    },
+    Deliver {
+        to: usize,
+        rail: usize,
+        from: usize,
+        pkt: Vec<u8>,
+    },
+    Drain {
+        node: usize,
+        rail: usize,
+    },
+    Complete {
+        node: usize,
+        op: OpId,
+        ok: bool,
+    },
+    /// A cancelled operation reports its cancellation.
+    Canceled {
+        node: usize,
+        op: OpId,
+    },
+    RxError {
+        node: usize,
+        rail: usize,
+        slot: usize,
+    },
+    ReadDo {
+        node: usize,
+        op: OpId,
+        rail: usize,
+        from: usize,
+        local: Region,
+        addr: u64,
+        key: u64,
+        fail: bool,
+    },
+    TaggedArrive {
+        to: usize,
+        rail: usize,
+        from: usize,
+        tag: u64,
+        data: Option<Vec<u8>>,
+    },
+    Death {
+        node: usize,
+    },
+    PeerLost {
+        node: usize,
+        dead: usize,
+    },
+}
+
+pub(crate) struct Queued {
+    pub(crate) t: u64,
+    pub(crate) seq: u64,
+    pub(crate) ev: Ev,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, o: &Self) -> bool {
+        (self.t, self.seq) == (o.t, o.seq)
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Queued {
+    // Earliest first out of a max-heap; ties in scheduling order.
+    fn cmp(&self, o: &Self) -> Ordering {
+        (o.t, o.seq).cmp(&(self.t, self.seq))
+    }
+}
+
+pub(crate) struct Reg {
+    pub(crate) rail: usize,
+    pub(crate) region: Region,
+    pub(crate) access: Access,
+    pub(crate) key: u64,
+    pub(crate) failed: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotState {
+    Idle,
+    Posted,
+    /// Posted, and will complete with an error.
+    Failing,
+}
+
+pub(crate) struct TRecv {
+    pub(crate) op: OpId,
+    pub(crate) from: usize,
+    pub(crate) tag: u64,
+    pub(crate) local: Region,
+    pub(crate) fail: bool,
+}
+
+pub(crate) struct TMsg {
+    pub(crate) from: usize,
+    pub(crate) tag: u64,
+    pub(crate) data: Option<Vec<u8>>,
+}
+
+pub(crate) struct RailSim {
+    pub(crate) slots: Vec<SlotState>,
+    /// Packets that found no posted buffer (the provider holds them).
+    pub(crate) pending: VecDeque<(usize, Vec<u8>)>,
+    pub(crate) tposted: Vec<TRecv>,
+    pub(crate) tunexp: Vec<TMsg>,
+    /// (source, tag) of cancelled tagged receives: a message arriving for
+    /// one is dropped.
+    pub(crate) tcanceled: std::collections::HashSet<(usize, u64)>,
+}
+
+impl RailSim {
+    /// Removes the tagged receives posted for (and messages from) a dead
+    /// node; returns the receives' operations.
+    pub(crate) fn take_tagged_from(&mut self, d: usize) -> Vec<OpId> {
+        self.tunexp.retain(|m| m.from != d);
+        let (gone, keep): (Vec<TRecv>, Vec<TRecv>) = std::mem::take(&mut self.tposted)
+            .into_iter()
+            .partition(|t| t.from == d);
+        self.tposted = keep;
+        gone.into_iter().map(|t| t.op).collect()
+    }
+
+    /// Drops the unexpected tagged message (from, tag), if held.
+    pub(crate) fn drop_unexpected(&mut self, from: usize, tag: u64) -> bool {
+        let before = self.tunexp.len();
+        self.tunexp.retain(|m| (m.from, m.tag) != (from, tag));
+        self.tunexp.len() != before
+    }
+
+    pub(crate) fn tagged_left(&self) -> usize {
+        self.tposted.len() + self.tunexp.len()
+    }
+}
+
+pub(crate) struct PostedOp {
+    pub(crate) rail: usize,
+    /// Counts against the transmit queue depth (not a tagged receive).
+    pub(crate) credit: bool,
+    /// A packet's memory and its hash, to check it was left alone.
+    pub(crate) check: Option<(Region, Option<Region>, u64)>,
+}
+
+pub(crate) struct Node {
+    pub(crate) core: Core,
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) alive: bool,
+    pub(crate) rails: Vec<RailSim>,
+    pub(crate) mrs: HashMap<MrId, Reg>,
+    pub(crate) peer_of: Vec<Option<PeerId>>,
+    pub(crate) posted: HashMap<OpId, PostedOp>,
+    pub(crate) outstanding: Vec<usize>,
+    pub(crate) attempts: HashMap<OpId, u32>,
+    /// Failures of each packet since it last completed (a provider that
+    /// recovers fails a packet at most RESENDS times in a row).
+    pub(crate) fails: HashMap<OpId, u32>,
+    pub(crate) rx_posts: u64,
+    /// Request buffers (address → length): where user memory is.
+    pub(crate) user_mem: BTreeMap<usize, usize>,
+}
+
+impl Node {
+    pub(crate) fn is_user_mem(&self, r: Region) -> bool {
+        r.len == 0
+            || self
+                .user_mem
+                .range(..=r.addr)
+                .next_back()
+                .is_some_and(|(&a, &l)| Region { addr: a, len: l }.contains(r))
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ReqKind {
+    Send {
+        msg: usize,
+    },
+    Recv {
+        consumer: usize,
+        probed: Option<ProbeInfo>,
+    },
+}
+
+pub(crate) struct Req {
+    pub(crate) node: usize,
+    pub(crate) kind: ReqKind,
+    pub(crate) buf: Buf,
+    /// Logical time the request was issued (or its probe matched).
+    pub(crate) issued: u64,
+    pub(crate) done: Option<(u64, Event)>,
+    pub(crate) refused: bool,
+    pub(crate) post: Option<PostId>,
+}
+
+pub(crate) struct World {
+    pub(crate) seed: u64,
+    pub(crate) rng: Rng,
+    pub(crate) rails: Rails,
+    pub(crate) faults: Faults,
+    pub(crate) plan: Plan,
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) queue: BinaryHeap<Queued>,
+    pub(crate) now: u64,
+    pub(crate) seq: u64,
+    /// Logical clock: issues and completions, in order.
+    pub(crate) clock: u64,
+    /// Queued events other than ticks.
+    pub(crate) busy_events: usize,
+    pub(crate) reqs: Vec<Req>,
+    pub(crate) probes: Vec<(usize, u64, crate::matching::Selector, ProbeInfo)>,
+    pub(crate) unsatisfied_mprobes: usize,
+    /// Matched-probe retries queued.
+    pub(crate) mprobe_polls: usize,
+    /// Tagged receives whose post failed for good, by (node, rail, source,
+    /// tag): the chunk their peer sends for them stays in the provider's
+    /// unexpected queue (the core cannot take back the CTS).
+    pub(crate) orphans: Vec<(usize, usize, usize, u64)>,
+    /// Tagged receives refused with EAGAIN and not posted since, by
+    /// (node, rail, source, tag).
+    pub(crate) deferred_trecvs: std::collections::HashSet<(usize, usize, usize, u64)>,
+    pub(crate) hook: Option<Hook>,
+    pub(crate) dead: Option<usize>,
+    /// The node died as its first rendezvous chunk was posted.
+    pub(crate) died_mid_rndv: bool,
+    /// Events handled (bounded: a run that does not settle is a hang).
+    pub(crate) steps: u64,
+    /// Fault-free start: error counters of each node when the run began.
+    pub(crate) cancelled_at_end: usize,
+    /// Cancels that won (the receive was still posted) and lost.
+    pub(crate) cancel_won: usize,
+    pub(crate) cancel_lost: usize,
+    /// Packets delivered twice.
+    pub(crate) dups: usize,
+}
+
+/// FNV-1a, to notice memory that changed under a posted operation.
+pub(crate) fn hash(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// The bytes of a region the core handed over.
+pub(crate) fn read_region(r: Region) -> Vec<u8> {
+    let mut v = vec![0u8; r.len];
+    if r.len > 0 {
+        // SAFETY: the core keeps memory named by an action's region valid
+        // until the operation is reported, which has not happened yet.
+        unsafe { std::ptr::copy_nonoverlapping(r.addr as *const u8, v.as_mut_ptr(), r.len) };
+    }
+    v
+}
+
+/// Writes `data` into a region the core handed over for it.
+pub(crate) fn write_region(r: Region, data: &[u8]) {
+    assert_eq!(r.len, data.len());
+    if r.len > 0 {
+        // SAFETY: the region was checked to lie in a request buffer of the
+        // node (user memory, allocated until the world is dropped), which
+        // the core handed over for this operation, not yet reported.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.addr as *mut u8, r.len) };
+    }
+}
+
+pub(crate) const TICK: u64 = 2_000;
+pub(crate) const MAX_STEPS: u64 = 5_000_000;
+
+impl World {
+    pub(crate) fn new(seed: u64, rails: Rails, faults: Faults, plan: Plan) -> World {
+        super::quiet();
+        let mut rng = Rng::new(seed ^ 0xFAB1_C000);
+        let n = plan.nodes;
+        let mut nodes = Vec::new();
+        for i in 0..n {
+            let stats = Arc::new(Stats::default());
+            let cfg = CoreConfig {
+                my_name: i as u64 + 1,
+                coalesce: rng.chance(700),
+                fault: Fault::None,
+            };
+            let mut core = Core::new(cfg, rails.profiles.clone(), stats.clone());
+            let mut peer_of = vec![None; n];
+            for (j, p) in peer_of.iter_mut().enumerate() {
+                if j != i {
+                    let r = rails.rail_between(i, j);
+                    let max_eager = rails.profiles[r].eager_limit;
+                    *p = Some(core.add_peer(
+                        j as u64 + 1,
+                        RailId(r as u8),
+                        FiAddr(j as u64),
+                        max_eager,
+                    ));
+                }
+            }
+            nodes.push(Node {
+                core,
+                stats,
+                alive: true,
+                rails: rails
+                    .profiles
+                    .iter()
+                    .map(|p| RailSim {
+                        slots: vec![SlotState::Idle; p.rx_count],
+                        pending: VecDeque::new(),
+                        tposted: Vec::new(),
+                        tunexp: Vec::new(),
+                        tcanceled: Default::default(),
+                    })
+                    .collect(),
+                mrs: HashMap::new(),
+                peer_of,
+                posted: HashMap::new(),
+                outstanding: vec![0; rails.profiles.len()],
+                attempts: HashMap::new(),
+                fails: HashMap::new(),
+                rx_posts: 0,
+                user_mem: BTreeMap::new(),
+            });
+        }
+        World {
+            seed,
+            rng,
+            rails,
+            faults,
+            plan,
+            nodes,
+            queue: BinaryHeap::new(),
+            now: 0,
+            seq: 0,
+            clock: 0,
+            busy_events: 0,
+            reqs: Vec::new(),
+            probes: Vec::new(),
+            unsatisfied_mprobes: 0,
+            mprobe_polls: 0,
+            orphans: Vec::new(),
+            deferred_trecvs: Default::default(),
+            hook: None,
+            dead: None,
+            died_mid_rndv: false,
+            steps: 0,
+            cancelled_at_end: 0,
+            cancel_won: 0,
+            cancel_lost: 0,
+            dups: 0,
+        }
+    }
+
+    pub(crate) fn schedule(&mut self, delay: u64, ev: Ev) {
+        if !matches!(ev, Ev::Tick { .. }) {
+            self.busy_events += 1;
+        }
+        self.seq += 1;
+        self.queue.push(Queued {
+            t: self.now + delay,
+            seq: self.seq,
+            ev,
+        });
+    }
+
+    /// Network latency of a packet (wide, so packets overtake each other).
+    pub(crate) fn latency(&mut self) -> u64 {
+        let base = self.rng.range(100, 3_000);
+        if self.rng.chance(self.faults.slow) {
+            base * 50
+        } else {
+            base
+        }
+    }
+
+    /// Time until a completion is reported.
+    pub(crate) fn completion_delay(&mut self) -> u64 {
+        let base = self.rng.range(20, 2_000);
+        if self.rng.chance(self.faults.slow) {
+            base * 50
+        } else {
+            base
+        }
+    }
+
+    pub(crate) fn fail(&self, what: &str) -> ! {
+        panic!(
+            "seed {}: t={} ns: {what}\nqueued: {:?}\nin flight (sim): {:?}\nleftovers: {:?}",
+            self.seed,
+            self.now,
+            self.queue
+                .iter()
+                .filter(|q| !matches!(q.ev, Ev::Tick { .. }))
+                .take(8)
+                .map(|q| &q.ev)
+                .collect::<Vec<_>>(),
+            self.nodes
+                .iter()
+                .map(|n| (n.alive, n.outstanding.clone()))
+                .collect::<Vec<_>>(),
+            self.nodes
+                .iter()
+                .map(|n| n.core.leftovers())
+                .collect::<Vec<_>>()
+        )
+    }
+
+    /// Executes a batch of actions of node `n` in order (reports append
+    /// theirs), then records the MPI completions.
+    pub(crate) fn run_out(&mut self, n: usize, out: Out) {
+        let Out {
+            actions,
+            mut events,
+        } = out;
+        let mut q: VecDeque<Action> = actions.into();
+        while let Some(a) = q.pop_front() {
+            let mut o = Out::new();
+            self.exec(n, a, &mut o);
+            q.extend(o.actions);
+            events.extend(o.events);
+        }
+        self.record(n, events);
+    }
+}
+
+pub(crate) fn slot(s: usize) -> RxSlot {
+    RxSlot(s as u32)
+}

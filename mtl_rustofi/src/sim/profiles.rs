@@ -1,0 +1,283 @@
+//! Provider profiles (what the core is told of each rail) and fault sets.
+
+use super::Faults;
+use crate::proto::RailProfile;
+use crate::wire::{RailKind, BASE_LEN};
+
+/// The rails of every simulated node.
+#[derive(Clone, Debug)]
+pub(crate) struct Rails {
+    pub(crate) profiles: Vec<RailProfile>,
+    /// Nodes `2k` and `2k + 1` share a host and talk over rail 1 (shm).
+    pub(crate) shm_pairs: bool,
+}
+
+impl Rails {
+    /// The rail node `a` uses to reach node `b`.
+    pub(crate) fn rail_between(&self, a: usize, b: usize) -> usize {
+        if self.shm_pairs && a / 2 == b / 2 {
+            1
+        } else {
+            0
+        }
+    }
+}
+
+/// Profile names, for the test matrix and `SIM_PROFILE`.
+pub(crate) const PROFILES: &[&str] = &[
+    "efa",
+    "efa-va",
+    "efa-send",
+    "tcp-rxm",
+    "udp-rxd",
+    "shm",
+    "sockets",
+    "bare",
+    "efa-shm",
+    "tiny",
+    "tiny-send",
+];
+
+/// Fault set names, for the test matrix and `SIM_FAULT`.
+pub(crate) const FAULT_SETS: &[&str] = &[
+    "none", "cqerr", "eagain", "posthard", "reg", "slow", "dup", "death", "mixed",
+];
+
+#[allow(clippy::too_many_arguments)]
+fn rail(
+    provider: &str,
+    kind: RailKind,
+    mr_local: bool,
+    mr_virt_addr: bool,
+    mr_prov_key: bool,
+    eager_limit: usize,
+    zero_copy: bool,
+    rndv_read: bool,
+    tagged: bool,
+    chunk: usize,
+    tx_depth: usize,
+    rx_count: usize,
+) -> RailProfile {
+    RailProfile {
+        kind,
+        provider: provider.to_string(),
+        mr_local,
+        mr_virt_addr,
+        mr_prov_key,
+        buf_size: eager_limit + BASE_LEN,
+        eager_limit,
+        zero_copy,
+        rndv_read,
+        tagged,
+        chunk,
+        tx_depth,
+        rx_count,
+    }
+}
+
+/// EFA: FI_MR_LOCAL (and ALLOCATED), provider keys, RMA read, small
+/// queues, 8 KiB receive buffers.
+fn efa(virt: bool) -> RailProfile {
+    rail(
+        "efa",
+        RailKind::Net,
+        true,
+        virt,
+        true,
+        8192 - BASE_LEN,
+        false,
+        true,
+        false,
+        16384,
+        8,
+        8,
+    )
+}
+
+fn shm() -> RailProfile {
+    rail(
+        "shm",
+        RailKind::Shm,
+        false,
+        true,
+        false,
+        4048,
+        false,
+        true,
+        true,
+        32768,
+        16,
+        16,
+    )
+}
+
+/// The rails of a named profile.
+pub(crate) fn profile_set(name: &str) -> Option<Rails> {
+    let one = |p| Rails {
+        profiles: vec![p],
+        shm_pairs: false,
+    };
+    Some(match name {
+        "efa" => one(efa(false)),
+        "efa-va" => one(efa(true)),
+        // EFA-like registration rules with the send rendezvous (tagged
+        // receives and sends from registered user buffers).
+        "efa-send" => one(rail(
+            "efa-send",
+            RailKind::Net,
+            true,
+            false,
+            true,
+            4096 - BASE_LEN,
+            false,
+            false,
+            true,
+            8192,
+            4,
+            8,
+        )),
+        "tcp-rxm" => one(rail(
+            "tcp;ofi_rxm",
+            RailKind::Net,
+            false,
+            true,
+            false,
+            65536,
+            true,
+            true,
+            true,
+            32768,
+            32,
+            16,
+        )),
+        "udp-rxd" => one(rail(
+            "udp;ofi_rxd",
+            RailKind::Net,
+            false,
+            true,
+            false,
+            4096,
+            false,
+            false,
+            true,
+            8192,
+            16,
+            16,
+        )),
+        "shm" => one(shm()),
+        "sockets" => one(rail(
+            "sockets",
+            RailKind::Net,
+            false,
+            true,
+            false,
+            16384,
+            true,
+            true,
+            true,
+            16384,
+            32,
+            16,
+        )),
+        // Neither FI_RMA nor FI_TAGGED: only eager messages can be sent.
+        "bare" => one(rail(
+            "bare",
+            RailKind::Net,
+            false,
+            false,
+            false,
+            2048,
+            false,
+            false,
+            false,
+            8192,
+            16,
+            16,
+        )),
+        // Queues as small as they go: one operation in flight, two
+        // receive buffers, small chunks.
+        "tiny" => one(rail(
+            "tiny",
+            RailKind::Net,
+            true,
+            false,
+            true,
+            1024,
+            false,
+            true,
+            false,
+            2048,
+            1,
+            2,
+        )),
+        "tiny-send" => one(rail(
+            "tiny-send",
+            RailKind::Net,
+            true,
+            false,
+            true,
+            1024,
+            false,
+            false,
+            true,
+            2048,
+            1,
+            2,
+        )),
+        // EFA between hosts, shm between the two nodes of a host.
+        "efa-shm" => Rails {
+            profiles: vec![efa(false), shm()],
+            shm_pairs: true,
+        },
+        _ => return None,
+    })
+}
+
+/// The fault rates of a named set.
+pub(crate) fn fault_set(name: &str) -> Option<Faults> {
+    let none = Faults::default();
+    Some(match name {
+        "none" => none,
+        "cqerr" => Faults {
+            err_send: 20,
+            err_read: 30,
+            err_tsend: 30,
+            err_trecv: 30,
+            err_rx: 20,
+            ..none
+        },
+        "eagain" => Faults {
+            post_again: 150,
+            ..none
+        },
+        "posthard" => Faults {
+            post_hard: 25,
+            ..none
+        },
+        "reg" => Faults {
+            reg_fail: 60,
+            ..none
+        },
+        "slow" => Faults { slow: 80, ..none },
+        "dup" => Faults { dup: 100, ..none },
+        "death" => Faults {
+            death: true,
+            ..none
+        },
+        "mixed" => Faults {
+            err_send: 10,
+            err_read: 10,
+            err_tsend: 10,
+            err_trecv: 10,
+            err_rx: 10,
+            post_again: 50,
+            post_hard: 10,
+            reg_fail: 20,
+            dup: 30,
+            slow: 30,
+            death: false,
+            directed: false,
+        },
+        _ => return None,
+    })
+}

@@ -1,0 +1,161 @@
+//! The simulator's tests: the random matrix (every profile under every
+//! fault set, many seeds each), the replay of one seed, and directed cases
+//! for the defects of the engine at be0251a.
+
+#![cfg(test)]
+
+use super::checks::Coverage;
+use super::*;
+
+/// Seeds per (profile, fault set) in one regular run.
+const BASE_SEEDS: u64 = 100;
+
+/// Runs every fault set over many seeds of one profile, and checks that
+/// the runs exercised what they are meant to.
+fn matrix(profile: &str) {
+    let n = seeds(BASE_SEEDS);
+    let first = std::env::var("SIM_SEED_BASE")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(0);
+    let rails = profile_set(profile).expect("known profile");
+    for fault in FAULT_SETS {
+        if cfg!(miri) && !matches!(*fault, "mixed" | "death") {
+            continue;
+        }
+        let mut cov = Coverage::default();
+        for seed in first..first + n {
+            let o = run_case(&Case {
+                seed,
+                profile: profile.to_string(),
+                fault: fault.to_string(),
+            });
+            cov.add(&o.world);
+        }
+        if !cfg!(miri) {
+            check_coverage(profile, fault, &rails, &cov);
+        }
+    }
+}
+
+fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Coverage) {
+    let want = |what: &str, v: u64| {
+        assert!(
+            v > 0,
+            "{profile}/{fault}: no {what} in {} runs: {c:?}",
+            c.runs
+        )
+    };
+    let can_rndv = rails.profiles.iter().any(|p| p.rndv_read || p.tagged);
+    want("receives", c.recv_ok);
+    want("truncated receives", c.truncated);
+    want("empty messages", c.empty);
+    want("synchronous sends", c.sync);
+    want("matched probes", c.mrecv);
+    want("probes", c.probes);
+    want("cancels that won", c.cancel_won);
+    want("cancels that lost", c.cancel_lost);
+    want("unexpected messages", c.unexpected);
+    want("coalesced sends", c.coalesced);
+    if can_rndv {
+        want("rendezvous", c.rndv);
+    } else {
+        want("refused sends", c.refused);
+    }
+    let faults = fault_set(fault).expect("known fault set");
+    // Registrations happen on FI_MR_LOCAL rails and for RMA reads.
+    let registers = rails.profiles.iter().any(|p| p.mr_local || p.rndv_read);
+    if faults.any_error() && (fault != "reg" || registers) {
+        want("errors", c.errors);
+    }
+    if can_rndv && matches!(fault, "cqerr" | "posthard" | "death" | "mixed") {
+        want("failed receives", c.recv_failed);
+        want("failed sends", c.send_failed);
+    }
+    if fault == "death" {
+        want("deaths", c.deaths);
+        if can_rndv {
+            want("deaths in the middle of a rendezvous", c.deaths_mid_rndv);
+        }
+        want("receives cancelled at the end", c.cancelled_at_end);
+    }
+    if fault == "dup" {
+        want("duplicated packets", c.dups);
+    }
+}
+
+#[test]
+fn sim_efa() {
+    matrix("efa");
+}
+
+#[test]
+fn sim_efa_virt_addr() {
+    matrix("efa-va");
+}
+
+#[test]
+fn sim_efa_send_rendezvous() {
+    matrix("efa-send");
+}
+
+#[test]
+fn sim_tcp_rxm() {
+    matrix("tcp-rxm");
+}
+
+#[test]
+fn sim_udp_rxd() {
+    matrix("udp-rxd");
+}
+
+#[test]
+fn sim_shm() {
+    matrix("shm");
+}
+
+#[test]
+fn sim_sockets() {
+    matrix("sockets");
+}
+
+#[test]
+fn sim_no_rma_no_tagged() {
+    matrix("bare");
+}
+
+#[test]
+fn sim_efa_with_shm() {
+    matrix("efa-shm");
+}
+
+#[test]
+fn sim_tiny_queues() {
+    matrix("tiny");
+}
+
+#[test]
+fn sim_tiny_queues_send_rendezvous() {
+    matrix("tiny-send");
+}
+
+/// Replays one case: `SIM_SEED`, `SIM_PROFILE`, `SIM_FAULT` (defaults:
+/// seed 1, efa, mixed).
+#[test]
+fn sim_replay() {
+    let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
+    let case = Case {
+        seed: env("SIM_SEED", "1").parse().expect("SIM_SEED is a number"),
+        profile: env("SIM_PROFILE", "efa"),
+        fault: env("SIM_FAULT", "mixed"),
+    };
+    assert!(
+        PROFILES.contains(&case.profile.as_str()),
+        "unknown SIM_PROFILE"
+    );
+    assert!(
+        FAULT_SETS.contains(&case.fault.as_str()),
+        "unknown SIM_FAULT"
+    );
+    run_case(&case);
+}
