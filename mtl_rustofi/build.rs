@@ -84,7 +84,11 @@ fn ompi_include() -> Option<PathBuf> {
         .output()
         .ok()?;
     let text = String::from_utf8(out.stdout).ok()?;
+    // Debian's 4.1 lists .../include/openmpi itself; an Open MPI 5 installed
+    // --with-devel-headers lists PREFIX/include, with the internal headers
+    // (and PMIx's) below it in PREFIX/include/openmpi.
     text.split_whitespace()
         .map(PathBuf::from)
+        .flat_map(|p| [p.clone(), p.join("openmpi")])
         .find(|p| p.ends_with("openmpi") && Path::new(p).join("ompi/mca/mtl/mtl.h").exists())
 }

@@ -35,7 +35,12 @@
 #   RUSTOFI_MCA_DIR  directory holding mca_mtl_rustofi.so (default
 #                    <repo>/target/mca)
 #   MPI4PY_SETUP=0   do not call scripts/setup-mpi4py
-# Logs: target/mpi4py/logs/<config>/ (mpirun.log, ranks/*/rank.N/stderr).
+#   OMPI_PREFIX      run on the Open MPI installed there (e.g. /opt/openmpi-5.0),
+#                    with mpi4py from its own venv (.venv-ompiN) and the
+#                    component from `scripts/build --ompi PREFIX`; the
+#                    configurations are then ob1-np2, tcp-np2 and shm-np2
+# Logs: target/mpi4py/logs/<config>/ (mpirun.log, ranks/*/rank.N/stderr), or
+# target/ompiN/mpi4py/logs/ with OMPI_PREFIX.
 
 set -euo pipefail
 
@@ -43,6 +48,11 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SUITE=$REPO/target/mpi4py
 PY=$REPO/.venv/bin/python
 LOG_ROOT=$SUITE/logs
+if [[ -n "${OMPI_PREFIX:-}" ]]; then
+    . "$REPO/scripts/ompi-prefix.sh"
+    PY=$REPO/.venv-ompi$OMPI_MAJOR/bin/python
+    LOG_ROOT=$RUSTOFI_TARGET/mpi4py/logs
+fi
 FILTER=${1:-}
 TIMEOUT_SCALE=${TIMEOUT_SCALE:-1}
 read -r -a MAIN_EXTRA <<<"${MPI4PY_ARGS:-}"
@@ -53,7 +63,7 @@ fi
 [[ -x "$PY" && -f "$SUITE/test/main.py" ]] ||
     { echo "mpi4py suite not set up: run scripts/setup-mpi4py" >&2; exit 2; }
 . "$REPO/scripts/env.sh"
-[[ -f "$RUSTOFI_MCA_DIR/mca_mtl_rustofi.so" ]] || "$REPO/scripts/build"
+[[ -f "$RUSTOFI_MCA_DIR/mca_mtl_rustofi.so" ]] || "$REPO/scripts/build" ${OMPI_PREFIX:+--ompi "$OMPI_PREFIX"}
 
 # Component selection and rustofi parameters are set per run on the command
 # line; settings inherited from the caller's environment would skew them.
@@ -78,6 +88,13 @@ CONFIGS=(
     "shm-np2-thread-mt|2|tcp+shm|900|--thread-level multiple"
     "udp-np2|2|udp|900|"
 )
+if [[ -n "${OMPI_PREFIX:-}" ]]; then
+    CONFIGS=(
+        "ob1-np2|2|ob1|480|"
+        "tcp-np2|2|tcp|900|"
+        "shm-np2|2|tcp+shm|900|"
+    )
+fi
 
 selected() { # name stack
     [[ -z "$FILTER" || "$1" =~ $FILTER ]] && return 0

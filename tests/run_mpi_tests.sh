@@ -8,13 +8,20 @@
 #           'eager_limit=0', 'huge'.
 #
 # Environment:
+#   OMPI_PREFIX       run against the Open MPI installed there (e.g.
+#                     /opt/openmpi-5.0): its mpicc, mpirun and ompi_info, the
+#                     component from `scripts/build --ompi PREFIX`, programs
+#                     and logs under target/ompiN/ (see scripts/ompi-prefix.sh);
+#                     unset: the system's Open MPI 4.1
 #   PROVIDERS         libfabric providers to test (default "tcp udp shm sockets")
 #   RUSTOFI_MCA_DIR   directory holding mca_mtl_rustofi.so (default
-#                     <repo>/target/mca)
+#                     <repo>/target/mca, or target/ompiN/mca with OMPI_PREFIX)
 #   BUILD_DIR         where the test programs are built (default
-#                     <repo>/target/mpi-tests); logs go to $BUILD_DIR/logs
+#                     <repo>/target/mpi-tests, or target/ompiN/mpi-tests);
+#                     logs go to $BUILD_DIR/logs
 #   OMPI_COMPONENT_DIR  Open MPI's own component directory (default
-#                     /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3)
+#                     /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3, or
+#                     $OMPI_PREFIX/lib/openmpi)
 #   MPIRUN_EXTRA_ARGS extra arguments for every mpirun (word-split)
 #   TIMEOUT_SCALE     multiply every per-test timeout by this integer (default 1)
 #   STRICT_COUNTERS   1 (default): on clean runs also require errors=0 and
@@ -33,11 +40,11 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=../scripts/ompi-prefix.sh
+. "$REPO/scripts/ompi-prefix.sh"
 SRC_DIR=$REPO/tests/mpi
-BUILD_DIR=${BUILD_DIR:-$REPO/target/mpi-tests}
+BUILD_DIR=${BUILD_DIR:-$RUSTOFI_TARGET/mpi-tests}
 LOG_DIR=$BUILD_DIR/logs
-RUSTOFI_MCA_DIR=${RUSTOFI_MCA_DIR:-$REPO/target/mca}
-OMPI_COMPONENT_DIR=${OMPI_COMPONENT_DIR:-/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3}
 PROVIDERS=${PROVIDERS:-tcp udp shm sockets}
 TIMEOUT_SCALE=${TIMEOUT_SCALE:-1}
 STRICT_COUNTERS=${STRICT_COUNTERS:-1}
@@ -64,8 +71,11 @@ declare -A TIMEOUT=(
     [order_wildcard]=60 [posting_order]=60 [unexpected_reverse]=60
     [truncate]=60 [issend]=60 [probe_cancel]=60 [zero_bytes]=60
     [big_checksum]=120 [vector_type]=60 [collectives]=90 [threads]=120
-    [errors]=60 [huge]=300
+    [errors]=60 [huge]=300 [sessions]=90
 )
+
+# Programs that need MPI 4 (Open MPI 5): built and run only there.
+MPI4_PROGS=" sessions "
 
 PASSED=0
 FAILED=0
@@ -84,6 +94,9 @@ build_all() {
     local src prog
     for src in "$SRC_DIR"/*.c; do
         prog=$(basename "$src" .c)
+        if ((OMPI_MAJOR < 5)) && [[ "$MPI4_PROGS" == *" $prog "* ]]; then
+            continue
+        fi
         if mpicc -O2 -Wall -Werror -pthread -o "$BUILD_DIR/$prog" "$src" \
             >"$LOG_DIR/build-$prog.log" 2>&1; then
             BUILT[$prog]=1
@@ -561,7 +574,7 @@ P2P_PROGS="order_wildcard posting_order unexpected_reverse truncate issend
 # Any other program in tests/mpi (e.g. a regression test) runs at np 2 on
 # every provider with the basic checks; it must follow the same conventions
 # (common.h: "PASS <name>" from rank 0, "FAIL: ..." and nonzero exit).
-KNOWN_PROGS=" ${P2P_PROGS//[[:space:]]/ } collectives threads errors huge "
+KNOWN_PROGS=" ${P2P_PROGS//[[:space:]]/ } collectives threads errors huge sessions "
 OTHER_PROGS=()
 for src in "$SRC_DIR"/*.c; do
     prog=$(basename "$src" .c)
@@ -604,6 +617,9 @@ for prov in $PROVIDERS; do
     run_test collectives "$prov" 4 "clean"
     run_test threads "$prov" 2 "clean"
     run_test errors "$prov" 2 "clean" -- expect_ok
+    if ((OMPI_MAJOR >= 5)); then
+        run_test sessions "$prov" 2 "clean"
+    fi
     # fault injection.  shm's CMA path reads the peer's memory with
     # process_vm_readv at the advertised address without checking the key,
     # so a corrupted key need not produce a completion error there: only
@@ -631,6 +647,11 @@ if has_provider tcp; then
     run_test collectives tcp 3 "clean"
     run_test threads tcp 3 "clean"
     run_test threads tcp 4 "clean"
+    if ((OMPI_MAJOR >= 5)); then
+        run_test sessions tcp 3 "clean"
+        run_test sessions tcp 4 "clean"
+        run_test sessions tcp 4 "clean shm_peers=16 net_peers=0" shm=on
+    fi
     # protocol variants
     for prog in big_checksum truncate vector_type probe_cancel; do
         case $prog in

@@ -1,0 +1,31 @@
+# Sourced by the build, test and benchmark scripts: which Open MPI to use.
+#   OMPI_PREFIX unset      the system's (Debian 12's 4.1.4); outputs under target/
+#   OMPI_PREFIX=DIR        the one installed in DIR (e.g. /opt/openmpi-5.0 from
+#                          scripts/setup-ompi5); its bin/ goes first on PATH and
+#                          outputs go under target/ompiN/ (N: its major version),
+#                          where scripts/build --ompi DIR puts the component
+# Sets and exports OMPI_MAJOR, RUSTOFI_TARGET (target or target/ompiN),
+# OMPI_COMPONENT_DIR (Open MPI's own component directory) and RUSTOFI_MCA_DIR
+# (the directory of the built mca_mtl_rustofi.so) unless already set.
+_rustofi_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [ -n "${OMPI_PREFIX:-}" ]; then
+  if [ ! -x "$OMPI_PREFIX/bin/mpicc" ]; then
+    echo "OMPI_PREFIX=$OMPI_PREFIX has no bin/mpicc (scripts/setup-ompi5 installs one)" >&2
+    return 2 2>/dev/null || exit 2
+  fi
+  case ":$PATH:" in
+    *":$OMPI_PREFIX/bin:"*) ;;
+    *) export PATH="$OMPI_PREFIX/bin:$PATH" ;;
+  esac
+  OMPI_MAJOR=$(mpicc --showme:version 2>&1 | sed -n 's/.*Open MPI \([0-9]*\)\..*/\1/p')
+  RUSTOFI_TARGET=$_rustofi_root/target/ompi$OMPI_MAJOR
+  : "${OMPI_COMPONENT_DIR:=$OMPI_PREFIX/lib/openmpi}"
+else
+  OMPI_MAJOR=$(mpicc --showme:version 2>&1 | sed -n 's/.*Open MPI \([0-9]*\)\..*/\1/p')
+  RUSTOFI_TARGET=$_rustofi_root/target
+  : "${OMPI_COMPONENT_DIR:=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3}"
+fi
+: "${OMPI_MAJOR:=4}"
+: "${RUSTOFI_MCA_DIR:=$RUSTOFI_TARGET/mca}"
+export OMPI_MAJOR RUSTOFI_TARGET OMPI_COMPONENT_DIR RUSTOFI_MCA_DIR
+unset _rustofi_root
