@@ -12,10 +12,11 @@ ompi_libdir=$(mpicc --showme:libdirs | awk '{print $1}')
 major=$(mpicc --showme:version 2>&1 | sed -n 's/.*Open MPI \([0-9]*\)\..*/\1/p')
 # ---- Open MPI version differences ----
 if [ "${major:-4}" -ge 5 ]; then
-  # 5.x: no libopen-rte (PRRTE is a separate program); libopen-pal is .so.80.
+  # 5.x: no libopen-rte (PRRTE is a separate program); libopen-pal is .so.80;
+  # the modex macros call PMIx directly (libpmix).
   # The run path lets the component load (and refuse with a message) even
   # in a process of another Open MPI series.
-  ompi_libs=(-lmpi -lopen-pal -Wl,-rpath,"$ompi_libdir")
+  ompi_libs=(-lmpi -lopen-pal -lpmix -Wl,-rpath,"$ompi_libdir")
 else
   ompi_libs=(-lmpi -lopen-pal -lopen-rte)
 fi

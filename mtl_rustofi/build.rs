@@ -57,7 +57,13 @@ fn main() {
     let _ = std::fs::copy(&header, root.join("target/include/rustofi.h"));
 
     // The Open MPI shim is compiled only where Open MPI's devel headers are
-    // present; the pure-Rust layers build and test without them.
+    // present; the pure-Rust layers build and test without them. Inside an
+    // Open MPI source tree (ompi-patch/) the tree's own build compiles the
+    // shim: RUSTOFI_SHIM=0.
+    println!("cargo:rerun-if-env-changed=RUSTOFI_SHIM");
+    if env::var("RUSTOFI_SHIM").is_ok_and(|v| v == "0") {
+        return;
+    }
     if let Some(inc) = ompi_include() {
         cc::Build::new()
             .file(manifest.join("shim/rustofi_shim.c"))

@@ -20,6 +20,12 @@ if [ -n "${OMPI_PREFIX:-}" ]; then
   OMPI_MAJOR=$(mpicc --showme:version 2>&1 | sed -n 's/.*Open MPI \([0-9]*\)\..*/\1/p')
   RUSTOFI_TARGET=$_rustofi_root/target/ompi$OMPI_MAJOR
   : "${OMPI_COMPONENT_DIR:=$OMPI_PREFIX/lib/openmpi}"
+  # Open MPI 5's PMIx also reads OMPI_MCA_mca_base_component_path and then
+  # complains about every non-PMIx file in those directories: keep it on
+  # its own components.
+  if [ "${OMPI_MAJOR:-0}" -ge 5 ] && [ -d "$OMPI_PREFIX/lib/pmix" ]; then
+    export PMIX_MCA_mca_base_component_path="${PMIX_MCA_mca_base_component_path:-$OMPI_PREFIX/lib/pmix}"
+  fi
 else
   OMPI_MAJOR=$(mpicc --showme:version 2>&1 | sed -n 's/.*Open MPI \([0-9]*\)\..*/\1/p')
   RUSTOFI_TARGET=$_rustofi_root/target

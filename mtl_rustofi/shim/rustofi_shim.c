@@ -588,6 +588,7 @@ static rustofi_blocking_t excid_rx;                      /* the posted receive *
 static ompi_request_t excid_rx_ompi;                     /* receives its status */
 static rustofi_excid_msg_t excid_rx_buf;
 static volatile bool excid_running = false;
+static int excid_nsent = 0, excid_nrecv = 0; /* reported at finalize (verbose) */
 
 static bool excid_same(const rustofi_excid_msg_t *m, const ompi_communicator_t *comm)
 {
@@ -626,6 +627,7 @@ static int excid_send(ompi_communicator_t *comm, int dest)
         free(s);
         return OMPI_ERROR;
     }
+    __atomic_add_fetch(&excid_nsent, 1, __ATOMIC_RELAXED);
     return OMPI_SUCCESS;
 }
 
@@ -685,6 +687,7 @@ static void excid_rx_done(struct mca_mtl_request_t *req)
         opal_output(0, "mtl_rustofi: could not repost the communicator index receive");
     }
     if (ok) {
+        __atomic_add_fetch(&excid_nrecv, 1, __ATOMIC_RELAXED);
         excid_received(&m);
     }
 }
@@ -711,6 +714,10 @@ static int excid_start(void)
 
 static void excid_stop(void)
 {
+    if (param_verbose >= 1 && (excid_nsent > 0 || excid_nrecv > 0)) {
+        fprintf(stderr, "mtl_rustofi: rank %u communicator index exchanges excid_sent=%d "
+                "excid_recv=%d\n", OMPI_PROC_MY_NAME->vpid, excid_nsent, excid_nrecv);
+    }
     excid_running = false;
     (void) rustofi_cancel(&excid_rx.u.head);
     pthread_mutex_lock(&excid_lock);
