@@ -34,6 +34,9 @@
 #include "ompi/runtime/ompi_rte.h"
 #include "opal/mca/pmix/pmix-internal.h"
 #define RUSTOFI_MODEX_SCOPE PMIX_GLOBAL
+/* Referenced by the inline datatype helpers; weak so that this build still
+ * loads into a 4.1 process (which lacks it) far enough to refuse cleanly. */
+#pragma weak opal_accelerator
 #else
 #include "opal/mca/pmix/pmix.h"
 #define RUSTOFI_MODEX_SCOPE OPAL_PMIX_GLOBAL
@@ -115,7 +118,13 @@ static int reg_string(const char *name, const char *help, int level, char **stor
  * crash. So before anything else, compare the series this file was compiled
  * for with the running library's (MPI_Get_library_version may be called
  * before MPI_Init and is answered by whichever libmpi the process runs).
+ * On a mismatch the component registers nothing (the variable API may differ
+ * too) and its init declines before touching its arguments (the mtl_init
+ * signatures differ); the component stays loaded, so Open MPI does not add
+ * a "requested component not found" error of its own.
  */
+static bool rustofi_wrong_series = false;
+
 static bool rustofi_version_matches(void)
 {
     char lib[MPI_MAX_LIBRARY_VERSION_STRING] = "";
@@ -139,8 +148,8 @@ static bool rustofi_version_matches(void)
 static int rustofi_component_register(void)
 {
     if (!rustofi_version_matches()) {
-        /* the MCA base drops a component that answers this, without a message */
-        return OPAL_ERR_NOT_AVAILABLE;
+        rustofi_wrong_series = true;
+        return OMPI_SUCCESS;
     }
     reg_int("priority",
             "Priority of the rustofi MTL; pml cm competes with pml ob1 (20) at this value",
@@ -457,6 +466,9 @@ static mca_mtl_base_module_t *rustofi_component_init(bool enable_progress_thread
                                                      bool enable_mpi_threads,
                                                      bool *accelerator_support)
 {
+    if (rustofi_wrong_series) {
+        return NULL; /* called by 4.1 without the third argument */
+    }
     /* Device buffers are left to Open MPI, which stages them through host
      * memory for MTLs without accelerator support. */
     *accelerator_support = false;
@@ -466,6 +478,9 @@ static mca_mtl_base_module_t *rustofi_component_init(bool enable_progress_thread
 static mca_mtl_base_module_t *rustofi_component_init(bool enable_progress_threads,
                                                      bool enable_mpi_threads)
 {
+    if (rustofi_wrong_series) {
+        return NULL;
+    }
     return rustofi_init_module();
 }
 #endif
