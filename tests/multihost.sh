@@ -93,8 +93,12 @@ h2_counter() {
 # mpirun inside h1 (hostname h1), NP ranks spread evenly over the hosts
 # (NP/2 per host).  Output to file $1.
 # Launcher (runtime) parameters: Open MPI 5's mpirun is PRRTE's, which
-# takes them as --prtemca.
-if ((OMPI_MAJOR >= 5)); then RTE_MCA=--prtemca; else RTE_MCA=--mca; fi
+# takes them as --prtemca, and its rsh launcher is called ssh.
+if ((OMPI_MAJOR >= 5)); then
+    RTE_MCA=--prtemca PLM_AGENT=plm_ssh_agent
+else
+    RTE_MCA=--mca PLM_AGENT=plm_rsh_agent
+fi
 run_mpi() {
     local out=$1 np=$2
     shift 2
@@ -103,7 +107,7 @@ run_mpi() {
         sh -c 'hostname "$0" && exec "$@"' "${HOSTS[0]}" \
         mpirun -np "$np" --hostfile "$tmp/hostfile$((np / 2))" --bind-to none \
         --map-by node --oversubscribe \
-        "$RTE_MCA" plm_rsh_agent "$AGENT" \
+        "$RTE_MCA" "$PLM_AGENT" "$AGENT" \
         "$RTE_MCA" oob_tcp_if_include "$IFACE" \
         -x FI_TCP_IFACE="$IFACE" \
         -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
