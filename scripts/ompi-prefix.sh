@@ -34,4 +34,11 @@ fi
 : "${OMPI_MAJOR:=4}"
 : "${RUSTOFI_MCA_DIR:=$RUSTOFI_TARGET/mca}"
 export OMPI_MAJOR RUSTOFI_TARGET OMPI_COMPONENT_DIR RUSTOFI_MCA_DIR
+# mpirun option that writes every rank's output to DIR/<job>/rank.N/std*:
+# --output-filename DIR on 4.1; Open MPI 5's (PRRTE's) --output-filename
+# writes DIR.<job>.N.err files instead, and --output dir=DIR keeps the layout.
+#   cmd+=($(ompi_output_dir_args DIR))   (DIR without spaces)
+ompi_output_dir_args() {
+  if [ "${OMPI_MAJOR:-4}" -ge 5 ]; then echo "--output dir=$1"; else echo "--output-filename $1"; fi
+}
 unset _rustofi_root

@@ -89,10 +89,15 @@ CONFIGS=(
     "udp-np2|2|udp|900|"
 )
 if [[ -n "${OMPI_PREFIX:-}" ]]; then
+    # Open MPI 5's pml cm has no pml_revoke_comm, so ULFM's MPIX_Comm_revoke
+    # does not mark the communicator revoked under cm whatever the MTL:
+    # test_ulfm's three testRevoke fail identically with stock mtl ofi. They
+    # are left out of the cm runs (the other 21 test_ulfm tests run).
+    CM5_X="-x test_ulfm.TestULFM*.testRevoke"
     CONFIGS=(
         "ob1-np2|2|ob1|480|"
-        "tcp-np2|2|tcp|900|"
-        "shm-np2|2|tcp+shm|900|"
+        "tcp-np2|2|tcp|900|$CM5_X"
+        "shm-np2|2|tcp+shm|900|$CM5_X"
     )
 fi
 
@@ -216,7 +221,8 @@ run_config() { # name np stack timeout extra...
     mkdir -p "$dir"
     local -a cmd=(mpirun -np "$np" --bind-to none)
     ((np > 2)) && cmd+=(--oversubscribe)
-    cmd+=(--output-filename "$dir/ranks")
+    read -r -a odir <<<"$(ompi_output_dir_args "$dir/ranks")"
+    cmd+=("${odir[@]}")
     if [[ $stack == ob1 ]]; then
         cmd+=(--mca pml ob1)
     else

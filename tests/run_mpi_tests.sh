@@ -321,7 +321,7 @@ run_test() {
         return 0
     fi
 
-    local -a cmd=(mpirun -np "$np" --bind-to none --output-filename "$log.ranks")
+    local -a cmd=(mpirun -np "$np" --bind-to none $(ompi_output_dir_args "$log.ranks"))
     if ((np > 2)); then
         cmd+=(--oversubscribe)
     fi
@@ -428,7 +428,7 @@ check_bad_input() {
         report_fail "$name" - 2 0 /dev/null "$prog did not build"
         return 0
     fi
-    local -a cmd=(mpirun -np 2 --bind-to none --output-filename "$log.ranks"
+    local -a cmd=(mpirun -np 2 --bind-to none $(ompi_output_dir_args "$log.ranks")
         --mca pml_base_verbose 10 "$@"
         "${EXTRA_ARGS[@]}" "$BUILD_DIR/$prog")
     echo "# ${cmd[*]}" >"$log.cmd"
@@ -469,7 +469,7 @@ check_selection() {
         t0=$EPOCHREALTIME
         echo "# OMPI_MCA_mtl_rustofi_verbose=1 mpirun -np 2 --bind-to none --mca pml_base_verbose 10 $prog" >"$log.cmd"
         run_logged $((60 * TIMEOUT_SCALE)) "$log" env OMPI_MCA_mtl_rustofi_verbose=1 \
-            mpirun -np 2 --bind-to none --output-filename "$log.ranks" \
+            mpirun -np 2 --bind-to none $(ompi_output_dir_args "$log.ranks") \
             --mca pml_base_verbose 10 \
             "${EXTRA_ARGS[@]}" "$BUILD_DIR/$prog"
         secs=$(elapsed "$t0")
@@ -493,7 +493,7 @@ check_selection() {
     if matches "select_rustofi - np2"; then
         log=$(log_path select_rustofi)
         t0=$EPOCHREALTIME
-        local -a cmd=(mpirun -np 2 --bind-to none --output-filename "$log.ranks"
+        local -a cmd=(mpirun -np 2 --bind-to none $(ompi_output_dir_args "$log.ranks")
             --mca pml_base_verbose 10 --mca mtl rustofi --mca mtl_rustofi_verbose 1 "${EXTRA_ARGS[@]}"
             "$BUILD_DIR/$prog")
         echo "# ${cmd[*]}" >"$log.cmd"
