@@ -221,8 +221,12 @@ run_config() { # name np stack timeout extra...
     mkdir -p "$dir"
     local -a cmd=(mpirun -np "$np" --bind-to none)
     ((np > 2)) && cmd+=(--oversubscribe)
-    read -r -a odir <<<"$(ompi_output_dir_args "$dir/ranks")"
-    cmd+=("${odir[@]}")
+    if ((OMPI_MAJOR >= 5)); then
+        # each rank writes its own files (see tests/mpi4py_main.py)
+        cmd+=(-x RUSTOFI_RANK_LOG_DIR="$dir/ranks")
+    else
+        cmd+=(--output-filename "$dir/ranks")
+    fi
     if [[ $stack == ob1 ]]; then
         cmd+=(--mca pml ob1)
     else
