@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Links the Rust static library (which carries the C shim) into the
-# loadable Open MPI component mca_mtl_rustofi.so.
+# loadable Open MPI component mca_mtl_rustofi.so, against the Open MPI whose
+# mpicc is first on PATH.
 #   build/link.sh <libmtl_rustofi.a> <output.so>
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -8,13 +9,34 @@ lib=$1
 out=$2
 mkdir -p "$(dirname "$out")"
 ompi_libdir=$(mpicc --showme:libdirs | awk '{print $1}')
+major=$(mpicc --showme:version 2>&1 | sed -n 's/.*Open MPI \([0-9]*\)\..*/\1/p')
 tmp="$out.tmp.$$"
-cc -shared -o "$tmp" \
-  -Wl,--version-script="$here/../config/exports.map" \
-  -Wl,-u,mca_mtl_rustofi_component \
-  -Wl,--gc-sections -Wl,-z,defs \
-  "$lib" \
-  -L"$ompi_libdir" -lmpi -lopen-pal -lopen-rte -lfabric \
-  -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+trap 'rm -f "$tmp" "$tmp.check"' EXIT
+link() { # output, Open MPI libraries and flags...
+  local o=$1
+  shift
+  cc -shared -o "$o" \
+    -Wl,--version-script="$here/../config/exports.map" \
+    -Wl,-u,mca_mtl_rustofi_component \
+    -Wl,--gc-sections \
+    "$lib" \
+    -L"$ompi_libdir" "$@" -lfabric \
+    -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+}
+# ---- Open MPI version differences ----
+if [ "${major:-4}" -ge 5 ]; then
+  # 5.x: no libopen-rte (PRRTE is a separate program); libopen-pal is .so.80;
+  # the modex macros call PMIx directly (libpmix). First a link that checks
+  # every symbol resolves; then the component itself names only libmpi.so.40
+  # (whose own dependencies bring libopen-pal and libpmix): Debian's 4.1
+  # has libmpi.so.40 and libpmix.so.2 too, so in a 4.1 process this build
+  # still loads (its Open MPI symbols bind lazily to what is there) and can
+  # refuse with its message instead of failing in the loader.
+  link "$tmp.check" -Wl,-z,defs -lmpi -lopen-pal -lpmix
+  link "$tmp" -lmpi -Wl,-rpath,"$ompi_libdir"
+else
+  link "$tmp" -Wl,-z,defs -lmpi -lopen-pal -lopen-rte
+fi
+# ---- end of version differences ----
 # Atomic replace: a job loading the component never sees a half-written file.
 mv -f "$tmp" "$out"

@@ -57,7 +57,13 @@ fn main() {
     let _ = std::fs::copy(&header, root.join("target/include/rustofi.h"));
 
     // The Open MPI shim is compiled only where Open MPI's devel headers are
-    // present; the pure-Rust layers build and test without them.
+    // present; the pure-Rust layers build and test without them. Inside an
+    // Open MPI source tree (ompi-patch/) the tree's own build compiles the
+    // shim: RUSTOFI_SHIM=0.
+    println!("cargo:rerun-if-env-changed=RUSTOFI_SHIM");
+    if env::var("RUSTOFI_SHIM").is_ok_and(|v| v == "0") {
+        return;
+    }
     if let Some(inc) = ompi_include() {
         cc::Build::new()
             .file(manifest.join("shim/rustofi_shim.c"))
@@ -84,7 +90,11 @@ fn ompi_include() -> Option<PathBuf> {
         .output()
         .ok()?;
     let text = String::from_utf8(out.stdout).ok()?;
+    // Debian's 4.1 lists .../include/openmpi itself; an Open MPI 5 installed
+    // --with-devel-headers lists PREFIX/include, with the internal headers
+    // (and PMIx's) below it in PREFIX/include/openmpi.
     text.split_whitespace()
         .map(PathBuf::from)
+        .flat_map(|p| [p.clone(), p.join("openmpi")])
         .find(|p| p.ends_with("openmpi") && Path::new(p).join("ompi/mca/mtl/mtl.h").exists())
 }

@@ -10,7 +10,8 @@
 #   rustofi-shm pml cm + mtl rustofi, tcp with the shm rail (the default):
 #               the same-host peer is reached through libfabric's shm
 #               provider; compared with ob1-vader
-#   ob1-vader   pml ob1 + btl vader,self (shared memory)
+#   ob1-vader   pml ob1 + btl vader,self (shared memory; btl sm,self on
+#               Open MPI 5, where vader is called sm)
 # shellcheck disable=SC2034  # used by the scripts that source this file
 BENCH_CONFIGS_ALL="rustofi ofi ob1-tcp rustofi-shm ob1-vader"
 config_args() {
@@ -19,7 +20,9 @@ config_args() {
     rustofi-shm) echo "--mca mtl rustofi --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_shm auto" ;;
     ofi) echo "--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tcp" ;;
     ob1-tcp) echo "--mca pml ob1 --mca btl tcp,self" ;;
-    ob1-vader) echo "--mca pml ob1 --mca btl vader,self" ;;
+    # Open MPI 5 renamed btl vader to sm
+    ob1-vader) if [ "${OMPI_MAJOR:-4}" -ge 5 ]; then echo "--mca pml ob1 --mca btl sm,self"
+               else echo "--mca pml ob1 --mca btl vader,self"; fi ;;
   esac
 }
 

@@ -35,7 +35,12 @@
 #   RUSTOFI_MCA_DIR  directory holding mca_mtl_rustofi.so (default
 #                    <repo>/target/mca)
 #   MPI4PY_SETUP=0   do not call scripts/setup-mpi4py
-# Logs: target/mpi4py/logs/<config>/ (mpirun.log, ranks/*/rank.N/stderr).
+#   OMPI_PREFIX      run on the Open MPI installed there (e.g. /opt/openmpi-5.0),
+#                    with mpi4py from its own venv (.venv-ompiN) and the
+#                    component from `scripts/build --ompi PREFIX`; the
+#                    configurations are then ob1-np2, tcp-np2 and shm-np2
+# Logs: target/mpi4py/logs/<config>/ (mpirun.log, ranks/*/rank.N/stderr), or
+# target/ompiN/mpi4py/logs/ with OMPI_PREFIX.
 
 set -euo pipefail
 
@@ -45,6 +50,11 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SUITE=$REPO/target/mpi4py
 PY=$REPO/.venv/bin/python
 LOG_ROOT=$SUITE/logs
+if [[ -n "${OMPI_PREFIX:-}" ]]; then
+    . "$REPO/scripts/ompi-prefix.sh"
+    PY=$REPO/.venv-ompi$OMPI_MAJOR/bin/python
+    LOG_ROOT=$RUSTOFI_TARGET/mpi4py/logs
+fi
 FILTER=${1:-}
 TIMEOUT_SCALE=${TIMEOUT_SCALE:-1}
 read -r -a MAIN_EXTRA <<<"${MPI4PY_ARGS:-}"
@@ -55,7 +65,7 @@ fi
 [[ -x "$PY" && -f "$SUITE/test/main.py" ]] ||
     { echo "mpi4py suite not set up: run scripts/setup-mpi4py" >&2; exit 2; }
 . "$REPO/scripts/env.sh"
-[[ -f "$RUSTOFI_MCA_DIR/mca_mtl_rustofi.so" ]] || "$REPO/scripts/build"
+[[ -f "$RUSTOFI_MCA_DIR/mca_mtl_rustofi.so" ]] || "$REPO/scripts/build" ${OMPI_PREFIX:+--ompi "$OMPI_PREFIX"}
 
 # Component selection and rustofi parameters are set per run on the command
 # line; settings inherited from the caller's environment would skew them.
@@ -80,6 +90,18 @@ CONFIGS=(
     "shm-np2-thread-mt|2|tcp+shm|900|--thread-level multiple"
     "udp-np2|2|udp|900|"
 )
+if [[ -n "${OMPI_PREFIX:-}" ]]; then
+    # Open MPI 5's pml cm has no pml_revoke_comm, so ULFM's MPIX_Comm_revoke
+    # does not mark the communicator revoked under cm whatever the MTL:
+    # test_ulfm's three testRevoke fail identically with stock mtl ofi. They
+    # are left out of the cm runs (the other 21 test_ulfm tests run).
+    CM5_X="-x test_ulfm.TestULFM*.testRevoke"
+    CONFIGS=(
+        "ob1-np2|2|ob1|480|"
+        "tcp-np2|2|tcp|900|$CM5_X"
+        "shm-np2|2|tcp+shm|900|$CM5_X"
+    )
+fi
 
 selected() { # name stack
     [[ -z "$FILTER" || "$1" =~ $FILTER ]] && return 0
@@ -202,7 +224,12 @@ run_config() { # name np stack timeout extra...
     mkdir -p "$dir"
     local -a cmd=(mpirun -np "$np" --bind-to none)
     ((np > 2)) && cmd+=(--oversubscribe)
-    cmd+=(--output-filename "$dir/ranks")
+    if ((OMPI_MAJOR >= 5)); then
+        # each rank writes its own files (see tests/mpi4py_main.py)
+        cmd+=(-x RUSTOFI_RANK_LOG_DIR="$dir/ranks")
+    else
+        cmd+=(--output-filename "$dir/ranks")
+    fi
     if [[ $stack == ob1 ]]; then
         cmd+=(--mca pml ob1)
     else

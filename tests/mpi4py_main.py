@@ -7,11 +7,27 @@ actually provided:
 main.py sets mpi4py.rc from its own options (--thread-level, --threads)
 before it imports mpi4py.MPI, so the line shows what the test run got, not
 what a separate probe would get.  Used by tests/mpi4py.sh.
+
+With RUSTOFI_RANK_LOG_DIR set, every rank first sends its own stdout and
+stderr (file descriptors 1 and 2, so the MTL's output too) to
+DIR/self/rank.R/stdout and .../stderr (R from OMPI_COMM_WORLD_RANK): Open MPI
+5's launcher (PRRTE) can reorder small writes in the per-rank files of
+`mpirun --output dir=`, which splits the lines parsed here.
 """
 
 import importlib.util
+import os
 import pathlib
 import sys
+
+log_dir = os.environ.get("RUSTOFI_RANK_LOG_DIR")
+if log_dir:
+    rank_dir = pathlib.Path(log_dir) / "self" / f"rank.{os.environ['OMPI_COMM_WORLD_RANK']}"
+    rank_dir.mkdir(parents=True, exist_ok=True)
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        f = os.open(rank_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        os.dup2(f, fd)
+        os.close(f)
 
 sys.dont_write_bytecode = True
 main_py = pathlib.Path(sys.argv[1]).resolve()

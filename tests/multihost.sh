@@ -11,6 +11,9 @@
 # under one matching engine (wildcard receives see both).
 #
 #   tests/multihost.sh            (root; BUILD_DIR overrides target/multihost)
+#   OMPI_PREFIX=/opt/openmpi-5.0 tests/multihost.sh
+#                                 the same on the Open MPI installed there, with
+#                                 the component of `scripts/build --ompi PREFIX`
 #
 # Prints "ok   multihost NAME" or "FAIL multihost NAME: reason" per check and
 # exits nonzero if any check failed.  Namespaces left from an earlier run are
@@ -24,7 +27,7 @@ ROOT=$(cd "$here/.." && pwd)
 . "$ROOT/tests/lib/counters.sh"
 
 AGENT="$here/multihost/agent.sh"
-BUILD_DIR="${BUILD_DIR:-$ROOT/target/multihost}"
+BUILD_DIR="${BUILD_DIR:-$RUSTOFI_TARGET/multihost}"
 BRIDGE_NS=rustofi-br
 HOSTS=(h1 h2)
 ADDRS=(10.77.0.1 10.77.0.2)
@@ -91,6 +94,13 @@ h2_counter() {
 
 # mpirun inside h1 (hostname h1), NP ranks spread evenly over the hosts
 # (NP/2 per host).  Output to file $1.
+# Launcher (runtime) parameters: Open MPI 5's mpirun is PRRTE's, which
+# takes them as --prtemca, and its rsh launcher is called ssh.
+if ((OMPI_MAJOR >= 5)); then
+    RTE_MCA=--prtemca PLM_AGENT=plm_ssh_agent
+else
+    RTE_MCA=--mca PLM_AGENT=plm_rsh_agent
+fi
 run_mpi() {
     local out=$1 np=$2
     shift 2
@@ -99,8 +109,8 @@ run_mpi() {
         sh -c 'hostname "$0" && exec "$@"' "${HOSTS[0]}" \
         mpirun -np "$np" --hostfile "$tmp/hostfile$((np / 2))" --bind-to none \
         --map-by node --oversubscribe \
-        --mca plm_rsh_agent "$AGENT" \
-        --mca oob_tcp_if_include "$IFACE" \
+        "$RTE_MCA" "$PLM_AGENT" "$AGENT" \
+        "$RTE_MCA" oob_tcp_if_include "$IFACE" \
         -x FI_TCP_IFACE="$IFACE" \
         -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
         -x OMPI_MCA_mca_base_component_path \
@@ -211,7 +221,7 @@ for i in "${!HOSTS[@]}"; do
 done
 
 if [ ! -f "$RUSTOFI_MCA_DIR/mca_mtl_rustofi.so" ]; then
-    if ! "$ROOT/scripts/build" >"$tmp/build.out" 2>&1; then
+    if ! "$ROOT/scripts/build" ${OMPI_PREFIX:+--ompi "$OMPI_PREFIX"} >"$tmp/build.out" 2>&1; then
         fail build "scripts/build failed"
         show_tail build "$tmp/build.out"
         exit 1

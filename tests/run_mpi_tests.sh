@@ -8,13 +8,20 @@
 #           'eager_limit=0', 'huge'.
 #
 # Environment:
+#   OMPI_PREFIX       run against the Open MPI installed there (e.g.
+#                     /opt/openmpi-5.0): its mpicc, mpirun and ompi_info, the
+#                     component from `scripts/build --ompi PREFIX`, programs
+#                     and logs under target/ompiN/ (see scripts/ompi-prefix.sh);
+#                     unset: the system's Open MPI 4.1
 #   PROVIDERS         libfabric providers to test (default "tcp udp shm sockets")
 #   RUSTOFI_MCA_DIR   directory holding mca_mtl_rustofi.so (default
-#                     <repo>/target/mca)
+#                     <repo>/target/mca, or target/ompiN/mca with OMPI_PREFIX)
 #   BUILD_DIR         where the test programs are built (default
-#                     <repo>/target/mpi-tests); logs go to $BUILD_DIR/logs
+#                     <repo>/target/mpi-tests, or target/ompiN/mpi-tests);
+#                     logs go to $BUILD_DIR/logs
 #   OMPI_COMPONENT_DIR  Open MPI's own component directory (default
-#                     /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3)
+#                     /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3, or
+#                     $OMPI_PREFIX/lib/openmpi)
 #   MPIRUN_EXTRA_ARGS extra arguments for every mpirun (word-split)
 #   TIMEOUT_SCALE     multiply every per-test timeout by this integer (default 1)
 #   STRICT_COUNTERS   1 (default): on clean runs also require errors=0 and
@@ -35,11 +42,11 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=tests/lib/counters.sh
 . "$REPO/tests/lib/counters.sh"
+# shellcheck source=../scripts/ompi-prefix.sh
+. "$REPO/scripts/ompi-prefix.sh"
 SRC_DIR=$REPO/tests/mpi
-BUILD_DIR=${BUILD_DIR:-$REPO/target/mpi-tests}
+BUILD_DIR=${BUILD_DIR:-$RUSTOFI_TARGET/mpi-tests}
 LOG_DIR=$BUILD_DIR/logs
-RUSTOFI_MCA_DIR=${RUSTOFI_MCA_DIR:-$REPO/target/mca}
-OMPI_COMPONENT_DIR=${OMPI_COMPONENT_DIR:-/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3}
 PROVIDERS=${PROVIDERS:-tcp udp shm sockets}
 TIMEOUT_SCALE=${TIMEOUT_SCALE:-1}
 STRICT_COUNTERS=${STRICT_COUNTERS:-1}
@@ -66,8 +73,11 @@ declare -A TIMEOUT=(
     [order_wildcard]=60 [posting_order]=60 [unexpected_reverse]=60
     [truncate]=60 [issend]=60 [probe_cancel]=60 [zero_bytes]=60
     [big_checksum]=120 [vector_type]=60 [collectives]=90 [threads]=120
-    [errors]=60 [huge]=300
+    [errors]=60 [huge]=300 [sessions]=90
 )
+
+# Programs that need MPI 4 (Open MPI 5): built and run only there.
+MPI4_PROGS=" sessions "
 
 PASSED=0
 FAILED=0
@@ -86,6 +96,9 @@ build_all() {
     local src prog
     for src in "$SRC_DIR"/*.c; do
         prog=$(basename "$src" .c)
+        if ((OMPI_MAJOR < 5)) && [[ "$MPI4_PROGS" == *" $prog "* ]]; then
+            continue
+        fi
         if mpicc -O2 -Wall -Werror -pthread -o "$BUILD_DIR/$prog" "$src" \
             >"$LOG_DIR/build-$prog.log" 2>&1; then
             BUILT[$prog]=1
@@ -256,7 +269,7 @@ check_protocol_split() {
 #   unexpected>=N sum of unexpected counters at least N
 #   recv_bytes>=N sum of recv_bytes at least N
 #   errors>=N     sum of errors counters at least N
-#   grep=WORD     output contains WORD
+#   grep=WORD     output contains WORD (a grep -i pattern)
 #   coalesced>=N  sum of coalesced counters (eager messages that shared a
 #                 packet) at least N; coalesced=N exactly N
 #   shm_peers=N   sum over ranks of peers reached through the shm rail is N
@@ -303,7 +316,7 @@ run_test() {
         return 0
     fi
 
-    local -a cmd=(mpirun -np "$np" --bind-to none --output-filename "$log.ranks")
+    local -a cmd=(mpirun -np "$np" --bind-to none $(ompi_output_dir_args "$log.ranks"))
     if ((np > 2)); then
         cmd+=(--oversubscribe)
     fi
@@ -410,7 +423,7 @@ check_bad_input() {
         report_fail "$name" - 2 0 /dev/null "$prog did not build"
         return 0
     fi
-    local -a cmd=(mpirun -np 2 --bind-to none --output-filename "$log.ranks"
+    local -a cmd=(mpirun -np 2 --bind-to none $(ompi_output_dir_args "$log.ranks")
         --mca pml_base_verbose 10 "$@"
         "${EXTRA_ARGS[@]}" "$BUILD_DIR/$prog")
     echo "# ${cmd[*]}" >"$log.cmd"
@@ -451,7 +464,7 @@ check_selection() {
         t0=$EPOCHREALTIME
         echo "# OMPI_MCA_mtl_rustofi_verbose=1 mpirun -np 2 --bind-to none --mca pml_base_verbose 10 $prog" >"$log.cmd"
         run_logged $((60 * TIMEOUT_SCALE)) "$log" env OMPI_MCA_mtl_rustofi_verbose=1 \
-            mpirun -np 2 --bind-to none --output-filename "$log.ranks" \
+            mpirun -np 2 --bind-to none $(ompi_output_dir_args "$log.ranks") \
             --mca pml_base_verbose 10 \
             "${EXTRA_ARGS[@]}" "$BUILD_DIR/$prog"
         secs=$(elapsed "$t0")
@@ -475,7 +488,7 @@ check_selection() {
     if matches "select_rustofi - np2"; then
         log=$(log_path select_rustofi)
         t0=$EPOCHREALTIME
-        local -a cmd=(mpirun -np 2 --bind-to none --output-filename "$log.ranks"
+        local -a cmd=(mpirun -np 2 --bind-to none $(ompi_output_dir_args "$log.ranks")
             --mca pml_base_verbose 10 --mca mtl rustofi --mca mtl_rustofi_verbose 1 "${EXTRA_ARGS[@]}"
             "$BUILD_DIR/$prog")
         echo "# ${cmd[*]}" >"$log.cmd"
@@ -556,7 +569,7 @@ P2P_PROGS="order_wildcard posting_order unexpected_reverse truncate issend
 # Any other program in tests/mpi (e.g. a regression test) runs at np 2 on
 # every provider with the basic checks; it must follow the same conventions
 # (common.h: "PASS <name>" from rank 0, "FAIL: ..." and nonzero exit).
-KNOWN_PROGS=" ${P2P_PROGS//[[:space:]]/ } collectives threads errors huge "
+KNOWN_PROGS=" ${P2P_PROGS//[[:space:]]/ } collectives threads errors huge sessions "
 OTHER_PROGS=()
 for src in "$SRC_DIR"/*.c; do
     prog=$(basename "$src" .c)
@@ -599,6 +612,9 @@ for prov in $PROVIDERS; do
     run_test collectives "$prov" 4 "clean"
     run_test threads "$prov" 2 "clean"
     run_test errors "$prov" 2 "clean" -- expect_ok
+    if ((OMPI_MAJOR >= 5)); then
+        run_test sessions "$prov" 2 "clean grep=excid_sent=[1-9]"
+    fi
     # fault injection.  shm's CMA path reads the peer's memory with
     # process_vm_readv at the advertised address without checking the key,
     # so a corrupted key need not produce a completion error there: only
@@ -626,6 +642,11 @@ if has_provider tcp; then
     run_test collectives tcp 3 "clean"
     run_test threads tcp 3 "clean"
     run_test threads tcp 4 "clean"
+    if ((OMPI_MAJOR >= 5)); then
+        run_test sessions tcp 3 "clean grep=excid_sent=[1-9]"
+        run_test sessions tcp 4 "clean grep=excid_sent=[1-9]"
+        run_test sessions tcp 4 "clean grep=excid_sent=[1-9] shm_peers=16 net_peers=0" shm=on
+    fi
     # protocol variants
     for prog in big_checksum truncate vector_type probe_cancel; do
         case $prog in

@@ -12,6 +12,7 @@
 
 #include "ompi_config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,9 +25,23 @@
 #include "ompi/mca/pml/pml.h"
 #include "ompi/proc/proc.h"
 #include "opal/mca/base/mca_base_var.h"
-#include "opal/mca/pmix/pmix.h"
 #include "opal/runtime/opal_progress.h"
 #include "opal/util/output.h"
+
+/* ==== Open MPI version differences (4.1 / 5.0) ===================== */
+#if OMPI_MAJOR_VERSION >= 5
+#include <pthread.h>
+#include "ompi/runtime/ompi_rte.h"
+#include "opal/mca/pmix/pmix-internal.h"
+#define RUSTOFI_MODEX_SCOPE PMIX_GLOBAL
+/* Referenced by the inline datatype helpers; weak so that this build still
+ * loads into a 4.1 process (which lacks it) far enough to refuse cleanly. */
+#pragma weak opal_accelerator
+#else
+#include "opal/mca/pmix/pmix.h"
+#define RUSTOFI_MODEX_SCOPE OPAL_PMIX_GLOBAL
+#endif
+/* ==== end of version differences =================================== */
 
 #include "rustofi.h"
 
@@ -127,8 +142,14 @@ static int rustofi_component_register(void);
 static int rustofi_component_open(void);
 static int rustofi_component_close(void);
 static int rustofi_component_query(mca_base_module_t **module, int *priority);
+#if OMPI_MAJOR_VERSION >= 5
+static mca_mtl_base_module_t *rustofi_component_init(bool enable_progress_threads,
+                                                     bool enable_mpi_threads,
+                                                     bool *accelerator_support);
+#else
 static mca_mtl_base_module_t *rustofi_component_init(bool enable_progress_threads,
                                                      bool enable_mpi_threads);
+#endif
 
 mca_mtl_base_component_2_0_0_t mca_mtl_rustofi_component = {
     .mtl_version = {
@@ -143,6 +164,11 @@ mca_mtl_base_component_2_0_0_t mca_mtl_rustofi_component = {
     },
     .mtl_data = {MCA_BASE_METADATA_PARAM_NONE},
     .mtl_init = rustofi_component_init,
+#if OMPI_MAJOR_VERSION >= 5
+    /* Device (GPU) buffers are not handled here: Open MPI stages them
+     * through host memory before they reach an MTL without it. */
+    .accelerator_support = false,
+#endif
 };
 
 static int reg_int(const char *name, const char *help, int level, int *storage)
@@ -159,8 +185,45 @@ static int reg_string(const char *name, const char *help, int level, char **stor
                                            MCA_BASE_VAR_SCOPE_READONLY, storage);
 }
 
+/*
+ * The MCA loader checks only the MCA interface version, which 4.1 and 5.0
+ * share, not the MTL ABI: a build for one series loaded into the other would
+ * crash. So before anything else, compare the series this file was compiled
+ * for with the running library's (MPI_Get_library_version may be called
+ * before MPI_Init and is answered by whichever libmpi the process runs).
+ * On a mismatch the component registers nothing (the variable API may differ
+ * too) and its init declines before touching its arguments (the mtl_init
+ * signatures differ); the component stays loaded, so Open MPI does not add
+ * a "requested component not found" error of its own.
+ */
+static bool rustofi_wrong_series = false;
+
+static bool rustofi_version_matches(void)
+{
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+    int len = 0, major = -1, minor = -1, release = -1;
+    MPI_Get_library_version(lib, &len);
+    const char *v = strstr(lib, "Open MPI v");
+    if (NULL != v) {
+        sscanf(v, "Open MPI v%d.%d.%d", &major, &minor, &release);
+    }
+    if (major == OMPI_MAJOR_VERSION) {
+        return true;
+    }
+    fprintf(stderr,
+            "mtl_rustofi: this build of mca_mtl_rustofi.so is for Open MPI %d.%d.%d but the "
+            "running Open MPI is %d.%d.%d; the component disables itself (rebuild it against "
+            "this Open MPI: scripts/build --ompi PREFIX)\n",
+            OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION, major, minor, release);
+    return false;
+}
+
 static int rustofi_component_register(void)
 {
+    if (!rustofi_version_matches()) {
+        rustofi_wrong_series = true;
+        return OMPI_SUCCESS;
+    }
     reg_int("priority",
             "Priority of the rustofi MTL; pml cm competes with pml ob1 (20) at this value",
             OPAL_INFO_LVL_3, &param_priority);
@@ -259,13 +322,27 @@ static int rustofi_mtl_cancel(struct mca_mtl_base_module_t *mtl, mca_mtl_request
 static int rustofi_add_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm);
 static int rustofi_del_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm);
 
+#if OMPI_MAJOR_VERSION >= 5
+/* Context id of the messages that exchange communicator indexes (see
+ * "Extended communicator ids" below); communicators use the ids below it. */
+#define RUSTOFI_EXCID_CTX 0x7fffffffu
+#endif
+
 static mca_mtl_base_module_t rustofi_module = {
+#if OMPI_MAJOR_VERSION >= 5
+    .mtl_max_contextid = RUSTOFI_EXCID_CTX - 1,
+#else
     .mtl_max_contextid = 0x7fffffff,
+#endif
     .mtl_max_tag = 0x7fffffff,
     .mtl_request_size = 0,
     /* All procs are added at MPI_Init, so an incoming packet's sender is
      * always known. */
+#if OMPI_MAJOR_VERSION >= 5
+    .mtl_flags = MCA_MTL_BASE_FLAG_REQUIRE_WORLD | MCA_MTL_BASE_FLAG_SUPPORTS_EXT_CID,
+#else
     .mtl_flags = MCA_MTL_BASE_FLAG_REQUIRE_WORLD,
+#endif
     .mtl_add_procs = rustofi_add_procs,
     .mtl_del_procs = rustofi_del_procs,
     .mtl_finalize = rustofi_mtl_finalize,
@@ -397,8 +474,12 @@ static int rustofi_progress_cb(void)
     return n > 0 ? n : 0;
 }
 
-static mca_mtl_base_module_t *rustofi_component_init(bool enable_progress_threads,
-                                                     bool enable_mpi_threads)
+#if OMPI_MAJOR_VERSION >= 5
+static int excid_start(void);
+static void excid_stop(void);
+#endif
+
+static mca_mtl_base_module_t *rustofi_init_module(void)
 {
     RustofiConfig cfg = {
         .provider_include = param_include,
@@ -437,19 +518,52 @@ static mca_mtl_base_module_t *rustofi_component_init(bool enable_progress_thread
         rustofi_finalize();
         return NULL;
     }
-    OPAL_MODEX_SEND(ret, OPAL_PMIX_GLOBAL, &mca_mtl_rustofi_component.mtl_version, name, len);
+    OPAL_MODEX_SEND(ret, RUSTOFI_MODEX_SCOPE, &mca_mtl_rustofi_component.mtl_version, name, len);
     if (OMPI_SUCCESS != ret) {
         opal_output(0, "mtl_rustofi: could not publish the endpoint name (modex): %d", ret);
         rustofi_finalize();
         return NULL;
     }
     rustofi_module.mtl_request_size = rustofi_request_extra();
+#if OMPI_MAJOR_VERSION >= 5
+    if (OMPI_SUCCESS != excid_start()) {
+        rustofi_finalize();
+        return NULL;
+    }
+#endif
     opal_progress_register(rustofi_progress_cb);
     return &rustofi_module;
 }
 
+#if OMPI_MAJOR_VERSION >= 5
+static mca_mtl_base_module_t *rustofi_component_init(bool enable_progress_threads,
+                                                     bool enable_mpi_threads,
+                                                     bool *accelerator_support)
+{
+    if (rustofi_wrong_series) {
+        return NULL; /* called by 4.1 without the third argument */
+    }
+    /* Device buffers are left to Open MPI, which stages them through host
+     * memory for MTLs without accelerator support. */
+    *accelerator_support = false;
+    return rustofi_init_module();
+}
+#else
+static mca_mtl_base_module_t *rustofi_component_init(bool enable_progress_threads,
+                                                     bool enable_mpi_threads)
+{
+    if (rustofi_wrong_series) {
+        return NULL;
+    }
+    return rustofi_init_module();
+}
+#endif
+
 static int rustofi_mtl_finalize(struct mca_mtl_base_module_t *mtl)
 {
+#if OMPI_MAJOR_VERSION >= 5
+    excid_stop();
+#endif
     opal_progress_unregister(rustofi_progress_cb);
     return 0 == rustofi_finalize() ? OMPI_SUCCESS : OMPI_ERROR;
 }
@@ -508,6 +622,300 @@ static size_t peer_of(struct ompi_communicator_t *comm, int rank)
     return (size_t) proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
 }
 
+/* ==== Communicator ids: version differences ======================== */
+#if OMPI_MAJOR_VERSION >= 5
+/*
+ * Extended communicator ids (Open MPI 5). The wire carries a 32-bit context
+ * id, and the receiver matches on its own local index of the communicator
+ * (c_index). Communicators made the classic way get an index agreed by all
+ * members (OMPI_COMM_GLOBAL_INDEX), so a sender uses its own. Communicators
+ * made from groups (MPI_Comm_create_from_group, i.e. MPI sessions) have an
+ * extended id (c_contextid) agreed by all members but a local index each:
+ * before its first send to a peer on such a communicator, a rank sends the
+ * peer {extended id, own c_index, own rank} on a context id of its own
+ * (RUSTOFI_EXCID_CTX) and waits for the peer's own message, which the peer
+ * sends when it learns the sender's (as Open MPI's mtl ofi does). Each side of
+ * a pair so sends exactly one such message. A message for a communicator the
+ * receiver has not added yet waits in a list until rustofi_add_comm.
+ */
+enum { CID_NOT_EXCHANGED = 0, CID_EXCHANGING = 1, CID_EXCHANGED = 2 };
+
+typedef struct {
+    uint64_t cid_base;
+    uint64_t cid_sub;
+    uint32_t c_index; /* the sender's local index of the communicator */
+    int32_t rank;     /* the sender's rank in it (its local group) */
+} rustofi_excid_msg_t;
+
+struct rustofi_cid_peer {
+    uint32_t c_index;
+    int state; /* CID_*, accessed atomically */
+};
+
+struct mca_mtl_comm_t {
+    struct mca_mtl_comm_t *next; /* in excid_comms */
+    ompi_communicator_t *comm;
+    int size; /* remote group size */
+    struct rustofi_cid_peer peer[];
+};
+
+typedef struct rustofi_excid_pending {
+    struct rustofi_excid_pending *next;
+    rustofi_excid_msg_t msg;
+} rustofi_excid_pending_t;
+
+/* A send of one exchange message; freed by its completion. */
+typedef struct {
+    rustofi_blocking_t b;
+    rustofi_excid_msg_t msg;
+} rustofi_excid_send_t;
+
+static pthread_mutex_t excid_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mca_mtl_comm_t *excid_comms = NULL;        /* non-global communicators */
+static rustofi_excid_pending_t *excid_pending = NULL;    /* messages for unknown ones */
+static rustofi_blocking_t excid_rx;                      /* the posted receive */
+static ompi_request_t excid_rx_ompi;                     /* receives its status */
+static rustofi_excid_msg_t excid_rx_buf;
+static volatile bool excid_running = false;
+static int excid_nsent = 0, excid_nrecv = 0; /* reported at finalize (verbose) */
+
+static bool excid_same(const rustofi_excid_msg_t *m, const ompi_communicator_t *comm)
+{
+    return m->cid_base == comm->c_contextid.cid_base
+        && m->cid_sub == comm->c_contextid.cid_sub.u64;
+}
+
+static void excid_send_done(struct mca_mtl_request_t *req)
+{
+    free(req);
+}
+
+/* Sends this rank's index of `comm` to its rank `dest`. */
+static int excid_send(ompi_communicator_t *comm, int dest)
+{
+    size_t peer = peer_of(comm, dest);
+    if (0 == peer) {
+        return OMPI_ERR_UNREACH;
+    }
+    rustofi_excid_send_t *s = calloc(1, sizeof(*s));
+    if (NULL == s) {
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
+    s->msg.cid_base = comm->c_contextid.cid_base;
+    s->msg.cid_sub = comm->c_contextid.cid_sub.u64;
+    s->msg.c_index = comm->c_index;
+    s->msg.rank = comm->c_my_rank;
+    s->b.u.head.mtl.ompi_req = NULL;
+    s->b.u.head.mtl.completion_callback = (void (*)(MtlRequest *)) excid_send_done;
+    s->b.u.head.convertor = NULL;
+    s->b.u.head.buffer = NULL;
+    s->b.u.head.length = sizeof(s->msg);
+    s->b.u.head.free_after = false;
+    if (0 != rustofi_isend(peer, RUSTOFI_EXCID_CTX, comm->c_my_rank, 0, &s->msg, sizeof(s->msg),
+                           false, &s->b.u.head)) {
+        free(s);
+        return OMPI_ERROR;
+    }
+    __atomic_add_fetch(&excid_nsent, 1, __ATOMIC_RELAXED);
+    return OMPI_SUCCESS;
+}
+
+/* Records a peer's index; called with excid_lock held. Returns whether this
+ * rank must now send its own index back. */
+static bool excid_apply(struct mca_mtl_comm_t *mc, const rustofi_excid_msg_t *m)
+{
+    if (m->rank < 0 || m->rank >= mc->size) {
+        opal_output(0, "mtl_rustofi: communicator index message from invalid rank %d dropped",
+                    m->rank);
+        return false;
+    }
+    struct rustofi_cid_peer *p = &mc->peer[m->rank];
+    int old = __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
+    p->c_index = m->c_index;
+    __atomic_store_n(&p->state, CID_EXCHANGED, __ATOMIC_RELEASE);
+    return CID_NOT_EXCHANGED == old;
+}
+
+static void excid_received(const rustofi_excid_msg_t *m)
+{
+    ompi_communicator_t *reply = NULL;
+    pthread_mutex_lock(&excid_lock);
+    struct mca_mtl_comm_t *mc = excid_comms;
+    while (NULL != mc && !excid_same(m, mc->comm)) {
+        mc = mc->next;
+    }
+    if (NULL == mc) {
+        rustofi_excid_pending_t *p = malloc(sizeof(*p));
+        if (NULL != p) {
+            p->msg = *m;
+            p->next = excid_pending;
+            excid_pending = p;
+        }
+    } else if (excid_apply(mc, m)) {
+        reply = mc->comm;
+    }
+    pthread_mutex_unlock(&excid_lock);
+    /* outside the lock: a send may deliver completions, which may land here */
+    if (NULL != reply && OMPI_SUCCESS != excid_send(reply, m->rank)) {
+        opal_output(0, "mtl_rustofi: could not send the communicator index to rank %d", m->rank);
+    }
+}
+
+static int excid_post(void);
+
+static void excid_rx_done(struct mca_mtl_request_t *req)
+{
+    rustofi_excid_msg_t m = excid_rx_buf;
+    bool ok = OMPI_SUCCESS == excid_rx_ompi.req_status.MPI_ERROR
+           && !excid_rx_ompi.req_status._cancelled
+           && sizeof(m) == excid_rx_ompi.req_status._ucount;
+    if (!excid_running) {
+        return;
+    }
+    if (OMPI_SUCCESS != excid_post()) {
+        opal_output(0, "mtl_rustofi: could not repost the communicator index receive");
+    }
+    if (ok) {
+        __atomic_add_fetch(&excid_nrecv, 1, __ATOMIC_RELAXED);
+        excid_received(&m);
+    }
+}
+
+static int excid_post(void)
+{
+    memset(&excid_rx_ompi.req_status, 0, sizeof(excid_rx_ompi.req_status));
+    excid_rx.u.head.mtl.ompi_req = &excid_rx_ompi;
+    excid_rx.u.head.mtl.completion_callback = (void (*)(MtlRequest *)) excid_rx_done;
+    excid_rx.u.head.convertor = NULL;
+    excid_rx.u.head.buffer = &excid_rx_buf;
+    excid_rx.u.head.length = sizeof(excid_rx_buf);
+    excid_rx.u.head.free_after = false;
+    return 0 == rustofi_irecv(RUSTOFI_EXCID_CTX, MPI_ANY_SOURCE, 0, &excid_rx_buf,
+                              sizeof(excid_rx_buf), &excid_rx.u.head)
+         ? OMPI_SUCCESS : OMPI_ERROR;
+}
+
+static int excid_start(void)
+{
+    excid_running = true;
+    return excid_post();
+}
+
+static void excid_stop(void)
+{
+    if (param_verbose >= 1 && (excid_nsent > 0 || excid_nrecv > 0)) {
+        fprintf(stderr, "mtl_rustofi: rank %u communicator index exchanges excid_sent=%d "
+                "excid_recv=%d\n", OMPI_PROC_MY_NAME->vpid, excid_nsent, excid_nrecv);
+    }
+    excid_running = false;
+    (void) rustofi_cancel(&excid_rx.u.head);
+    pthread_mutex_lock(&excid_lock);
+    while (NULL != excid_pending) {
+        rustofi_excid_pending_t *p = excid_pending;
+        excid_pending = p->next;
+        free(p);
+    }
+    pthread_mutex_unlock(&excid_lock);
+}
+
+static int rustofi_add_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm)
+{
+    comm->c_mtl_comm = NULL;
+    if (OMPI_COMM_IS_GLOBAL_INDEX(comm)) {
+        return OMPI_SUCCESS;
+    }
+    int size = OMPI_COMM_IS_INTER(comm) ? ompi_comm_remote_size(comm) : ompi_comm_size(comm);
+    struct mca_mtl_comm_t *mc = calloc(1, sizeof(*mc) + (size_t) size * sizeof(mc->peer[0]));
+    if (NULL == mc) {
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
+    mc->comm = comm;
+    mc->size = size;
+    if (OMPI_COMM_IS_INTRA(comm)) {
+        mc->peer[comm->c_my_rank].c_index = comm->c_index;
+        mc->peer[comm->c_my_rank].state = CID_EXCHANGED;
+    }
+    int replies[64], nreplies = 0;
+    pthread_mutex_lock(&excid_lock);
+    comm->c_mtl_comm = mc;
+    mc->next = excid_comms;
+    excid_comms = mc;
+    /* messages that arrived before this communicator existed here */
+    for (rustofi_excid_pending_t **pp = &excid_pending; NULL != *pp;) {
+        rustofi_excid_pending_t *p = *pp;
+        if (excid_same(&p->msg, comm) && nreplies < 64) {
+            if (excid_apply(mc, &p->msg)) {
+                replies[nreplies++] = p->msg.rank;
+            }
+            *pp = p->next;
+            free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+    pthread_mutex_unlock(&excid_lock);
+    for (int i = 0; i < nreplies; i++) {
+        if (OMPI_SUCCESS != excid_send(comm, replies[i])) {
+            return OMPI_ERROR;
+        }
+    }
+    return OMPI_SUCCESS;
+}
+
+static int rustofi_del_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm)
+{
+    struct mca_mtl_comm_t *mc = comm->c_mtl_comm;
+    if (NULL == mc) {
+        return OMPI_SUCCESS;
+    }
+    pthread_mutex_lock(&excid_lock);
+    for (struct mca_mtl_comm_t **pp = &excid_comms; NULL != *pp; pp = &(*pp)->next) {
+        if (*pp == mc) {
+            *pp = mc->next;
+            break;
+        }
+    }
+    comm->c_mtl_comm = NULL;
+    pthread_mutex_unlock(&excid_lock);
+    free(mc);
+    return OMPI_SUCCESS;
+}
+
+/* The context id this rank's messages carry (its local index). */
+static inline uint32_t recv_cid(struct ompi_communicator_t *comm)
+{
+    return comm->c_index;
+}
+
+/* The context id a message to `dest` carries: the receiver's index. */
+static int send_cid(struct ompi_communicator_t *comm, int dest, uint32_t *cid)
+{
+    if (OPAL_LIKELY(OMPI_COMM_IS_GLOBAL_INDEX(comm))) {
+        *cid = comm->c_index;
+        return OMPI_SUCCESS;
+    }
+    struct mca_mtl_comm_t *mc = comm->c_mtl_comm;
+    if (NULL == mc || dest < 0 || dest >= mc->size) {
+        return OMPI_ERR_BAD_PARAM;
+    }
+    struct rustofi_cid_peer *p = &mc->peer[dest];
+    if (CID_EXCHANGED != __atomic_load_n(&p->state, __ATOMIC_ACQUIRE)) {
+        int expected = CID_NOT_EXCHANGED;
+        if (__atomic_compare_exchange_n(&p->state, &expected, CID_EXCHANGING, false,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            int ret = excid_send(comm, dest);
+            if (OMPI_SUCCESS != ret) {
+                return ret;
+            }
+        }
+        while (CID_EXCHANGED != __atomic_load_n(&p->state, __ATOMIC_ACQUIRE)) {
+            opal_progress();
+        }
+    }
+    *cid = p->c_index;
+    return OMPI_SUCCESS;
+}
+#else
 static int rustofi_add_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm)
 {
     return OMPI_SUCCESS;
@@ -517,6 +925,19 @@ static int rustofi_del_comm(struct mca_mtl_base_module_t *mtl, struct ompi_commu
 {
     return OMPI_SUCCESS;
 }
+
+static inline uint32_t recv_cid(struct ompi_communicator_t *comm)
+{
+    return comm->c_contextid;
+}
+
+static inline int send_cid(struct ompi_communicator_t *comm, int dest, uint32_t *cid)
+{
+    *cid = comm->c_contextid;
+    return OMPI_SUCCESS;
+}
+#endif
+/* ==== end of communicator ids ======================================= */
 
 /* ------------------------------------------------------------------ */
 /* Point to point                                                      */
@@ -560,7 +981,12 @@ static int start_send(struct ompi_communicator_t *comm, int dest, int tag,
     if (0 == peer) {
         return OMPI_ERR_UNREACH;
     }
-    int ret = send_buffer(convertor, &start, &length, &free_after);
+    uint32_t cid = 0;
+    int ret = send_cid(comm, dest, &cid);
+    if (OMPI_SUCCESS != ret) {
+        return ret;
+    }
+    ret = send_buffer(convertor, &start, &length, &free_after);
     if (OMPI_SUCCESS != ret) {
         return ret;
     }
@@ -568,7 +994,7 @@ static int start_send(struct ompi_communicator_t *comm, int dest, int tag,
     head->buffer = free_after ? start : NULL;
     head->length = length;
     head->free_after = free_after;
-    if (0 != rustofi_isend(peer, comm->c_contextid, comm->c_my_rank, tag, start, length,
+    if (0 != rustofi_isend(peer, cid, comm->c_my_rank, tag, start, length,
                            MCA_PML_BASE_SEND_SYNCHRONOUS == mode, head)) {
         if (free_after) {
             free(start);
@@ -647,7 +1073,7 @@ static int rustofi_mtl_irecv(struct mca_mtl_base_module_t *mtl, struct ompi_comm
     if (OMPI_SUCCESS != ret) {
         return ret;
     }
-    if (0 != rustofi_irecv(comm->c_contextid, src, tag, head->buffer, head->length, head)) {
+    if (0 != rustofi_irecv(recv_cid(comm), src, tag, head->buffer, head->length, head)) {
         release_recv(head);
         return OMPI_ERROR;
     }
@@ -668,7 +1094,7 @@ static int rustofi_mtl_iprobe(struct mca_mtl_base_module_t *mtl, struct ompi_com
                               int src, int tag, int *flag, struct ompi_status_public_t *status)
 {
     RustofiStatus st;
-    if (0 != rustofi_iprobe(comm->c_contextid, src, tag, flag, &st)) {
+    if (0 != rustofi_iprobe(recv_cid(comm), src, tag, flag, &st)) {
         return OMPI_ERROR;
     }
     if (*flag) {
@@ -684,7 +1110,7 @@ static int rustofi_mtl_improbe(struct mca_mtl_base_module_t *mtl,
 {
     RustofiStatus st;
     void *handle = NULL;
-    if (0 != rustofi_improbe(comm->c_contextid, src, tag, matched, &st, &handle)) {
+    if (0 != rustofi_improbe(recv_cid(comm), src, tag, matched, &st, &handle)) {
         return OMPI_ERROR;
     }
     if (!*matched) {
