@@ -6,9 +6,13 @@
  *    waits for a signal on a dup'ed communicator); the Issend must not
  *    complete.  Then rank 0 signals, rank 1 posts the receive, and the Issend
  *    completes.  Rank 1 checks the data.
- * 2. MPI_Ssend: rank 1 sleeps 300 ms before posting the receive; Ssend on
+ * 2. MPI_Ssend: rank 1 waits 300 ms before posting the receive; Ssend on
  *    rank 0 must take at least 150 ms.  Then the same in the other
- *    direction.
+ *    direction.  The receiver waits inside MPI (MPI_Iprobe on the signal
+ *    communicator), not asleep: MPI does not require a process outside MPI
+ *    to progress, and on a manual-progress provider (udp;ofi_rxd) its last
+ *    barrier packet may then leave only after the sleep, so that the
+ *    sender would leave the barrier, and start its clock, late.
  * 3. MPI_Bsend with an attached buffer: four messages (16 B .. 1 MiB) are
  *    Bsent while rank 1 sleeps 500 ms before receiving; the Bsends must
  *    return without waiting for the receiver.  Buffer_detach then waits for
@@ -95,7 +99,11 @@ static void test_ssend(MPI_Comm sig)
                       "receive was posted only after 0.3 s", what, dt);
                 free(buf);
             } else if (test_rank == to) {
-                sleep_ms(300);
+                double t0 = now_sec();
+                int flag;
+                while (now_sec() - t0 < 0.3)
+                    MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, sig, &flag,
+                                         MPI_STATUS_IGNORE));
                 recv_check(from, tag, size, 200 + i + 10 * dir, what);
             }
         }
