@@ -11,6 +11,7 @@ use super::profiles::profile_set;
 use super::rng::Rng;
 use super::workload::{Cmd, ConsumerKind, MsgSpec, Plan};
 use super::Faults;
+use crate::config::Fault;
 use crate::proto::{Event, Stats, Status, RESENDS};
 use crate::wire::Kind;
 use std::cell::Cell;
@@ -36,6 +37,17 @@ fn directed(
     allow_unmatched: bool,
     hook: impl FnMut(&PostInfo) -> Inject + 'static,
 ) -> World {
+    directed_with(profile, specs, allow_unmatched, Vec::new(), hook)
+}
+
+/// [`directed`], with the core's own fault injection on some nodes.
+fn directed_with(
+    profile: &str,
+    specs: Vec<MsgSpec>,
+    allow_unmatched: bool,
+    core_faults: Vec<(usize, Fault)>,
+    hook: impl FnMut(&PostInfo) -> Inject + 'static,
+) -> World {
     let rails = profile_set(profile).expect("known profile");
     let nodes = specs.iter().map(|s| s.from.max(s.to)).max().unwrap_or(1) + 1;
     let mut plan = Plan::explicit(nodes, &rails, specs, &mut Rng::new(1), 1_000);
@@ -55,6 +67,7 @@ fn directed(
         };
     }
     plan.allow_unmatched = allow_unmatched;
+    plan.core_faults = core_faults;
     let faults = Faults {
         directed: true,
         ..Faults::default()
@@ -326,4 +339,44 @@ fn sim_defect_5_failed_rx_repost_is_retried() {
             );
         }
     }
+}
+
+/// The core's own fault injection (MCA `fault_inject`): a corrupted RMA
+/// key makes the provider fail the read (wrong key), so the rendezvous
+/// fails on both sides and the next message still arrives; a malformed
+/// packet is dropped with one error and the messages around it arrive.
+#[test]
+fn sim_core_fault_injection_rma_key_and_bad_packet() {
+    for &profile in some(&["efa", "efa-va", "tcp-rxm"]) {
+        let w = directed_with(
+            profile,
+            rndv_then_eager(profile),
+            false,
+            vec![(1, Fault::RmaKey)],
+            |_| Inject::Clean,
+        );
+        assert_eq!(recv_status(&w, 0), Some(Status::Failed), "{profile}");
+        assert_eq!(send_status(&w, 0), Some(Status::Failed), "{profile}");
+        assert_eq!(recv_status(&w, 1), Some(Status::Ok), "{profile}");
+        // Every chunk's read is in flight with the bad key (fewer chunks
+        // than reads allowed in flight): one error per failed operation.
+        let p = &profile_set(profile).expect("known").profiles[0];
+        let chunks = w.plan.msgs[0].spec.len.div_ceil(p.chunk) as u64;
+        assert!(chunks <= 8);
+        assert_eq!(errors(&w, 1), chunks, "{profile}: the failed reads");
+    }
+    let specs = vec![
+        msg(0, 1, 0, 10, false),
+        msg(0, 1, 1, 20, false),
+        msg(0, 1, 2, 0, true),
+    ];
+    let w = directed_with("efa", specs, false, vec![(0, Fault::BadPacket)], |_| {
+        Inject::Clean
+    });
+    for i in 0..3 {
+        assert_eq!(recv_status(&w, i), Some(Status::Ok), "message {i}");
+        assert_eq!(send_status(&w, i), Some(Status::Ok), "message {i}");
+    }
+    assert_eq!(errors(&w, 1), 1, "the malformed packet");
+    assert_eq!(errors(&w, 0), 0);
 }

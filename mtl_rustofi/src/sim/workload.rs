@@ -94,6 +94,8 @@ pub(crate) struct Plan {
     pub(crate) death: Option<Death>,
     /// Messages may stay unmatched (a peer was given up without dying).
     pub(crate) allow_unmatched: bool,
+    /// The core's own fault injection (MCA `fault_inject`), per node.
+    pub(crate) core_faults: Vec<(usize, crate::config::Fault)>,
 }
 
 /// Byte `i` of message `id`: the first eight bytes hold the id, the rest a
@@ -373,6 +375,7 @@ impl Plan {
             script,
             death: None,
             allow_unmatched: false,
+            core_faults: Vec::new(),
         }
     }
 }
