@@ -275,7 +275,7 @@ impl Plan {
             })
             .collect();
         let mut consumers = Vec::new();
-        for (i, m) in msgs.iter().enumerate() {
+        for m in &msgs {
             if m.doomed {
                 continue;
             }
@@ -326,7 +326,6 @@ impl Plan {
                 (CTX_SPECIFIC | CTX_ANY_TAG | CTX_ANY, 2..=3) => ConsumerKind::Mprobe,
                 _ => ConsumerKind::Recv,
             };
-            let _ = i;
             consumers.push(Consumer {
                 node: s.to,
                 sel,
