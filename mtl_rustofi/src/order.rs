@@ -96,6 +96,14 @@ impl<T> Reorder<T> {
         self.held.len()
     }
 
+    /// Drops every held item (for a peer that is gone: what they wait for
+    /// will never come); returns how many there were.
+    pub fn drop_held(&mut self) -> usize {
+        let n = self.held.len();
+        self.held.clear();
+        n
+    }
+
     /// The next sequence number that will be delivered.
     #[cfg(test)]
     pub(crate) fn expected(&self) -> u32 {
@@ -106,6 +114,19 @@ impl<T> Reorder<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn drop_held_forgets_what_waits_for_a_hole() {
+        let mut r = Reorder::new();
+        let mut out = Vec::new();
+        r.accept(2, 'c', &mut out).unwrap();
+        r.accept(1, 'b', &mut out).unwrap();
+        assert_eq!(r.drop_held(), 2);
+        assert_eq!(r.held(), 0);
+        r.accept(0, 'a', &mut out).unwrap();
+        assert_eq!(out, vec!['a']);
+        assert_eq!(r.expected(), 1);
+    }
 
     fn starting_at<T>(expected: u32) -> Reorder<T> {
         Reorder {

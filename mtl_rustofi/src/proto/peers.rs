@@ -102,6 +102,9 @@ impl Core {
             return;
         }
         p.lost = true;
+        // Messages held behind a missing predecessor from this peer can
+        // never be delivered.
+        p.order.drop_held();
         self.count_error();
         self.error(&format!(
             "peer {} can no longer be reached; its pending transfers fail",

@@ -11,6 +11,7 @@ use super::profiles::profile_set;
 use super::rng::Rng;
 use super::workload::{Cmd, ConsumerKind, MsgSpec, Plan};
 use super::Faults;
+use crate::config::Fault;
 use crate::proto::{Event, Stats, Status, RESENDS};
 use crate::wire::Kind;
 use std::cell::Cell;
@@ -36,6 +37,17 @@ fn directed(
     allow_unmatched: bool,
     hook: impl FnMut(&PostInfo) -> Inject + 'static,
 ) -> World {
+    directed_with(profile, specs, allow_unmatched, Vec::new(), hook)
+}
+
+/// [`directed`], with the core's own fault injection on some nodes.
+fn directed_with(
+    profile: &str,
+    specs: Vec<MsgSpec>,
+    allow_unmatched: bool,
+    core_faults: Vec<(usize, Fault)>,
+    hook: impl FnMut(&PostInfo) -> Inject + 'static,
+) -> World {
     let rails = profile_set(profile).expect("known profile");
     let nodes = specs.iter().map(|s| s.from.max(s.to)).max().unwrap_or(1) + 1;
     let mut plan = Plan::explicit(nodes, &rails, specs, &mut Rng::new(1), 1_000);
@@ -55,6 +67,7 @@ fn directed(
         };
     }
     plan.allow_unmatched = allow_unmatched;
+    plan.core_faults = core_faults;
     let faults = Faults {
         directed: true,
         ..Faults::default()
@@ -93,6 +106,15 @@ fn is_chunk(i: &PostInfo) -> bool {
     matches!(i.kind, PostKind::Read | PostKind::TaggedSend)
 }
 
+/// The profiles a case runs on: all of them, or the first under Miri.
+fn some<'a>(list: &'a [&'a str]) -> &'a [&'a str] {
+    if cfg!(miri) {
+        &list[..1]
+    } else {
+        list
+    }
+}
+
 /// Profiles with the read rendezvous (efa, tcp;ofi_rxm) and the send
 /// rendezvous (efa-send).
 const RNDV_PROFILES: [&str; 3] = ["efa", "tcp-rxm", "efa-send"];
@@ -114,7 +136,7 @@ fn rndv_then_eager(profile: &str) -> Vec<MsgSpec> {
 /// nothing is left.
 #[test]
 fn sim_defect_1_chunk_retry_failure_no_use_after_free() {
-    for profile in RNDV_PROFILES {
+    for &profile in some(&RNDV_PROFILES) {
         let fired = Rc::new(Cell::new(0u32));
         let f = fired.clone();
         let mut target = None;
@@ -152,7 +174,7 @@ fn sim_defect_1_chunk_retry_failure_no_use_after_free() {
 /// the FIN; send: its chunk's receive fails), so its request completes.
 #[test]
 fn sim_defect_2_last_chunk_hard_failure_completes_and_sends_fin() {
-    for profile in RNDV_PROFILES {
+    for &profile in some(&RNDV_PROFILES) {
         let fired = Rc::new(Cell::new(false));
         let f = fired.clone();
         let w = directed(profile, rndv_then_eager(profile), false, move |i| {
@@ -203,7 +225,7 @@ fn defect3_cases(profile: &str) -> Vec<(&'static str, Kind, Vec<MsgSpec>)> {
 /// given up: its requests fail and nothing hangs.
 #[test]
 fn sim_defect_3_failed_matchable_packet_does_not_stall_the_peer() {
-    for profile in ["efa", "udp-rxd"] {
+    for &profile in some(&["efa", "udp-rxd"]) {
         for (what, kind, specs) in defect3_cases(profile) {
             for fails in [1, RESENDS as u32 + 1] {
                 let fired = Rc::new(Cell::new(0u32));
@@ -255,11 +277,12 @@ fn sim_defect_3_failed_matchable_packet_does_not_stall_the_peer() {
 /// receive of the send rendezvous is one error on the receiver only.
 #[test]
 fn sim_defect_4_failed_rendezvous_counts_one_error() {
-    for (profile, kind, sender_errors) in [
+    let cases = [
         ("efa", PostKind::Read, 1),
         ("tcp-rxm", PostKind::Read, 1),
         ("efa-send", PostKind::TaggedRecv, 0),
-    ] {
+    ];
+    for &(profile, kind, sender_errors) in if cfg!(miri) { &cases[..1] } else { &cases } {
         let fired = Rc::new(Cell::new(false));
         let f = fired.clone();
         let w = directed(profile, rndv_then_eager(profile), false, move |i| {
@@ -289,7 +312,7 @@ fn sim_defect_4_failed_rendezvous_counts_one_error() {
 /// buffer is posted at quiesce (checked for every run).
 #[test]
 fn sim_defect_5_failed_rx_repost_is_retried() {
-    for profile in ["efa", "shm", "udp-rxd"] {
+    for &profile in some(&["efa", "shm", "udp-rxd"]) {
         let rx = profile_set(profile).expect("known").profiles[0].rx_count as u64;
         let fired = Rc::new(Cell::new(0u32));
         let f = fired.clone();
@@ -325,4 +348,44 @@ fn sim_defect_5_failed_rx_repost_is_retried() {
             );
         }
     }
+}
+
+/// The core's own fault injection (MCA `fault_inject`): a corrupted RMA
+/// key makes the provider fail the read (wrong key), so the rendezvous
+/// fails on both sides and the next message still arrives; a malformed
+/// packet is dropped with one error and the messages around it arrive.
+#[test]
+fn sim_core_fault_injection_rma_key_and_bad_packet() {
+    for &profile in some(&["efa", "efa-va", "tcp-rxm"]) {
+        let w = directed_with(
+            profile,
+            rndv_then_eager(profile),
+            false,
+            vec![(1, Fault::RmaKey)],
+            |_| Inject::Clean,
+        );
+        assert_eq!(recv_status(&w, 0), Some(Status::Failed), "{profile}");
+        assert_eq!(send_status(&w, 0), Some(Status::Failed), "{profile}");
+        assert_eq!(recv_status(&w, 1), Some(Status::Ok), "{profile}");
+        // Every chunk's read is in flight with the bad key (fewer chunks
+        // than reads allowed in flight): one error per failed operation.
+        let p = &profile_set(profile).expect("known").profiles[0];
+        let chunks = w.plan.msgs[0].spec.len.div_ceil(p.chunk) as u64;
+        assert!(chunks <= 8);
+        assert_eq!(errors(&w, 1), chunks, "{profile}: the failed reads");
+    }
+    let specs = vec![
+        msg(0, 1, 0, 10, false),
+        msg(0, 1, 1, 20, false),
+        msg(0, 1, 2, 0, true),
+    ];
+    let w = directed_with("efa", specs, false, vec![(0, Fault::BadPacket)], |_| {
+        Inject::Clean
+    });
+    for i in 0..3 {
+        assert_eq!(recv_status(&w, i), Some(Status::Ok), "message {i}");
+        assert_eq!(send_status(&w, i), Some(Status::Ok), "message {i}");
+    }
+    assert_eq!(errors(&w, 1), 1, "the malformed packet");
+    assert_eq!(errors(&w, 0), 0);
 }

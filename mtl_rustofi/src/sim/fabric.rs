@@ -357,7 +357,11 @@ impl World {
             let cfg = CoreConfig {
                 my_name: i as u64 + 1,
                 coalesce: rng.chance(700),
-                fault: Fault::None,
+                fault: plan
+                    .core_faults
+                    .iter()
+                    .find(|f| f.0 == i)
+                    .map_or(Fault::None, |f| f.1),
             };
             let mut core = Core::new(cfg, rails.profiles.clone(), stats.clone());
             let mut peer_of = vec![None; n];

@@ -94,6 +94,8 @@ pub(crate) struct Plan {
     pub(crate) death: Option<Death>,
     /// Messages may stay unmatched (a peer was given up without dying).
     pub(crate) allow_unmatched: bool,
+    /// The core's own fault injection (MCA `fault_inject`), per node.
+    pub(crate) core_faults: Vec<(usize, crate::config::Fault)>,
 }
 
 /// Byte `i` of message `id`: the first eight bytes hold the id, the rest a
@@ -273,7 +275,7 @@ impl Plan {
             })
             .collect();
         let mut consumers = Vec::new();
-        for (i, m) in msgs.iter().enumerate() {
+        for m in &msgs {
             if m.doomed {
                 continue;
             }
@@ -324,7 +326,6 @@ impl Plan {
                 (CTX_SPECIFIC | CTX_ANY_TAG | CTX_ANY, 2..=3) => ConsumerKind::Mprobe,
                 _ => ConsumerKind::Recv,
             };
-            let _ = i;
             consumers.push(Consumer {
                 node: s.to,
                 sel,
@@ -373,6 +374,7 @@ impl Plan {
             script,
             death: None,
             allow_unmatched: false,
+            core_faults: Vec::new(),
         }
     }
 }
