@@ -98,7 +98,7 @@ impl<T> Reorder<T> {
 
     /// Drops every held item (for a peer that is gone: what they wait for
     /// will never come); returns how many there were.
-    pub fn drop_held(&mut self) -> usize {
+    pub(crate) fn drop_held(&mut self) -> usize {
         let n = self.held.len();
         self.held.clear();
         n

@@ -424,41 +424,33 @@ impl World {
                 self.maybe_die_on_chunk(n, to);
                 let inj = self.ask(n, PostKind::TaggedSend, Some(op), Some(local), None);
                 let fate = self.post_fate(n, Posted::Op(op), inj, self.faults.err_tsend, true, out);
-                // The simulated provider fails a tagged transfer on both
-                // sides: the receive of a chunk whose send failed (or was
-                // never posted) completes with an error too.
+                // Like a real provider, a tagged send that is rejected or
+                // fails delivers nothing: the receive posted for it stays
+                // posted until the receiver's core, told by the sender's
+                // abort, cancels it.
                 let fail = match fate {
                     Fate::Again => return,
                     Fate::Hard => {
                         self.forget_op(n, op);
-                        let d = self.latency();
-                        self.schedule(
-                            d,
-                            Ev::TaggedArrive {
-                                to,
-                                rail: r,
-                                from: n,
-                                tag,
-                                data: None,
-                            },
-                        );
                         return;
                     }
                     Fate::Posted(f) => f || !self.nodes[to].alive,
                 };
                 let data = read_region(local);
                 self.note_posted(n, op, r, None);
-                let d = self.latency();
-                self.schedule(
-                    d,
-                    Ev::TaggedArrive {
-                        to,
-                        rail: r,
-                        from: n,
-                        tag,
-                        data: (!fail).then_some(data),
-                    },
-                );
+                if !fail {
+                    let d = self.latency();
+                    self.schedule(
+                        d,
+                        Ev::TaggedArrive {
+                            to,
+                            rail: r,
+                            from: n,
+                            tag,
+                            data: Some(data),
+                        },
+                    );
+                }
                 let d = self.completion_delay();
                 self.schedule(
                     d,
@@ -605,6 +597,7 @@ impl World {
                 if let Some(i) = rs.tposted.iter().position(|t| t.op == op) {
                     let t = rs.tposted.remove(i);
                     rs.tcanceled.insert((t.from, t.tag));
+                    self.chunks_cancelled += 1;
                     let d = self.completion_delay();
                     self.schedule(d, Ev::Canceled { node: n, op });
                 }

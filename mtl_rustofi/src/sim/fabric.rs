@@ -191,17 +191,6 @@ pub(crate) struct RailSim {
 }
 
 impl RailSim {
-    /// Removes the tagged receives posted for (and messages from) a dead
-    /// node; returns the receives' operations.
-    pub(crate) fn take_tagged_from(&mut self, d: usize) -> Vec<OpId> {
-        self.tunexp.retain(|m| m.from != d);
-        let (gone, keep): (Vec<TRecv>, Vec<TRecv>) = std::mem::take(&mut self.tposted)
-            .into_iter()
-            .partition(|t| t.from == d);
-        self.tposted = keep;
-        gone.into_iter().map(|t| t.op).collect()
-    }
-
     /// Drops the unexpected tagged message (from, tag), if held.
     pub(crate) fn drop_unexpected(&mut self, from: usize, tag: u64) -> bool {
         let before = self.tunexp.len();
@@ -296,6 +285,8 @@ pub(crate) struct World {
     /// tag): the chunk their peer sends for them stays in the provider's
     /// unexpected queue (the core cannot take back the CTS).
     pub(crate) orphans: Vec<(usize, usize, usize, u64)>,
+    /// Posted tagged receives taken back by a Cancel action.
+    pub(crate) chunks_cancelled: usize,
     /// Tagged receives refused with EAGAIN and not posted since, by
     /// (node, rail, source, tag).
     pub(crate) deferred_trecvs: std::collections::HashSet<(usize, usize, usize, u64)>,
@@ -419,6 +410,7 @@ impl World {
             unsatisfied_mprobes: 0,
             mprobe_polls: 0,
             orphans: Vec::new(),
+            chunks_cancelled: 0,
             deferred_trecvs: Default::default(),
             hook: None,
             dead: None,

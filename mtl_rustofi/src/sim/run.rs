@@ -298,7 +298,8 @@ impl World {
     }
 
     /// The death of a node: nothing more to or from it; survivors' tagged
-    /// receives from it fail; they hear of it later.
+    /// receives from it stay posted, as with a real provider, until their
+    /// core, told of the loss later, cancels them.
     fn die(&mut self, d: usize) {
         if !self.nodes[d].alive {
             return;
@@ -308,18 +309,7 @@ impl World {
         let lost_after = self.plan.death.map_or(10_000, |x| x.lost_after);
         for n in self.live().collect::<Vec<_>>() {
             for rail in 0..self.nodes[n].rails.len() {
-                let failed = self.nodes[n].rails[rail].take_tagged_from(d);
-                for op in failed {
-                    let t = self.completion_delay();
-                    self.schedule(
-                        t,
-                        Ev::Complete {
-                            node: n,
-                            op,
-                            ok: false,
-                        },
-                    );
-                }
+                self.nodes[n].rails[rail].tunexp.retain(|m| m.from != d);
                 self.nodes[n].rails[rail].pending.retain(|(f, _)| *f != d);
             }
             self.schedule(lost_after, Ev::PeerLost { node: n, dead: d });

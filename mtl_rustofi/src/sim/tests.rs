@@ -72,6 +72,12 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
         want("failed receives", c.recv_failed);
         want("failed sends", c.send_failed);
     }
+    // The send rendezvous withdraws the tagged receives of a transfer
+    // whose sender failed or died.
+    let send_rndv = rails.profiles.iter().any(|p| !p.rndv_read && p.tagged);
+    if send_rndv && matches!(fault, "cqerr" | "death" | "mixed") {
+        want("cancelled tagged receives", c.chunks_cancelled);
+    }
     if fault == "death" {
         want("deaths", c.deaths);
         if can_rndv {
