@@ -535,7 +535,6 @@ impl Core {
         let p = &mut self.peers[peer.index()];
         p.inflight += 1;
         let (rail, dest) = (p.rail, p.addr);
-        let (head, mr) = (buf.region(len), buf.mr);
         let id = self.ops.insert(Op::Packet(Packet {
             rail,
             peer,
@@ -545,9 +544,15 @@ impl Core {
             then,
             resends_left: RESENDS,
         }));
-        // The common case builds the action from what is at hand rather
-        // than reading the operation back (`emit`).
+        // The common case builds the action here rather than through
+        // `emit`. The buffer's address is taken from the operation where it
+        // now lives: moving a Box invalidates pointers derived before the
+        // move (Stacked Borrows), which Miri reports.
         if self.take_credit(rail, id) {
+            let Some(Op::Packet(p)) = self.ops.get(id) else {
+                unreachable!("just inserted")
+            };
+            let (head, mr) = (p.buf.region(len), p.buf.mr);
             out.actions.push(Action::Send {
                 op: id,
                 rail,
