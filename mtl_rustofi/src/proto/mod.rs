@@ -174,7 +174,7 @@ pub(crate) struct Core {
     /// (lets a tick with nothing to do return at once).
     queued: bool,
     /// Bounce buffers whose registration was released in the last batch of
-    /// actions; freed at the next call, after the driver executed it.
+    /// actions; freed at the next tick, after the driver executed it.
     retired: Vec<Box<[u8]>>,
     stats: Arc<Stats>,
 }
@@ -251,19 +251,12 @@ impl Core {
         if !self.queued && self.open_bundles.is_empty() && self.retired.is_empty() {
             return;
         }
-        self.begin();
+        // Bounce buffers retired in an earlier batch of actions: the driver
+        // has released their registrations since (ticks come between
+        // batches).
+        self.retired.clear();
         self.flush_bundles(None, out);
         self.run_retries(out);
-    }
-
-    /// Frees bounce buffers retired in an earlier batch of actions: the
-    /// driver has released their registrations since. Done at ticks, which
-    /// come between batches.
-    #[inline]
-    fn begin(&mut self) {
-        if !self.retired.is_empty() {
-            self.retired.clear();
-        }
     }
 
     /// Whether transfers are still under way (finalize waits for them).

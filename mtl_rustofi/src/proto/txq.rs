@@ -256,17 +256,7 @@ impl Core {
     fn emit(&mut self, id: OpId, out: &mut Out) {
         let op = self.ops.get(id).expect("emitted operations are live");
         let a = match op {
-            Op::Packet(p) => {
-                let dest = self.peers[p.peer.index()].addr;
-                Action::Send {
-                    op: id,
-                    rail: p.rail,
-                    dest,
-                    head: p.buf.region(p.len),
-                    mr: p.buf.mr,
-                    payload: p.payload.map(|u| u.region()),
-                }
-            }
+            Op::Packet(p) => self.send_action(id, p),
             Op::Chunk(c) => {
                 let addr = self.peers[c.peer.index()].addr;
                 match c.kind {
@@ -341,8 +331,7 @@ impl Core {
                 if cfg!(feature = "be0251a-defects") {
                     return;
                 }
-                self.rails[rail.index()].rx_retry.push_back(slot);
-                self.queued = true;
+                self.requeue_rx(rail, slot);
             }
             (Posted::Rx(rail, slot), PostError::Hard(code)) => {
                 // Counted and reported once per buffer until it is posted
@@ -360,15 +349,13 @@ impl Core {
                 if cfg!(feature = "be0251a-defects") {
                     return;
                 }
-                self.rails[rail.index()].rx_retry.push_back(slot);
-                self.queued = true;
+                self.requeue_rx(rail, slot);
             }
             (Posted::Op(id), PostError::Again) => {
                 let Some(op) = self.ops.get(id) else { return };
-                let r = &mut self.rails[op.rail().index()];
-                r.inflight -= op.takes_credit() as usize;
-                r.retry.push_back(id);
-                self.queued = true;
+                let rail = op.rail();
+                self.rails[rail.index()].inflight -= op.takes_credit() as usize;
+                self.requeue(rail, id);
             }
             (Posted::Op(id), PostError::Hard(code)) => {
                 // be0251a defects 1 and 2: a chunk whose post failed was
@@ -470,8 +457,7 @@ impl Core {
                     left + 1
                 ));
                 self.rebuffer(id, out);
-                self.rails[rail.index()].retry.push_back(id);
-                self.queued = true;
+                self.requeue(rail, id);
                 return;
             }
         }
@@ -534,7 +520,7 @@ impl Core {
     ) {
         let p = &mut self.peers[peer.index()];
         p.inflight += 1;
-        let (rail, dest) = (p.rail, p.addr);
+        let rail = p.rail;
         let id = self.ops.insert(Op::Packet(Packet {
             rail,
             peer,
@@ -544,24 +530,43 @@ impl Core {
             then,
             resends_left: RESENDS,
         }));
-        // The common case builds the action here rather than through
-        // `emit`. The buffer's address is taken from the operation where it
-        // now lives: moving a Box invalidates pointers derived before the
-        // move (Stacked Borrows), which Miri reports.
+        // Packets always take a credit, so the generic `submit_op` and
+        // `emit` (a match over every kind) are skipped on this, the
+        // hottest, path.
         if self.take_credit(rail, id) {
             let Some(Op::Packet(p)) = self.ops.get(id) else {
                 unreachable!("just inserted")
             };
-            let (head, mr) = (p.buf.region(len), p.buf.mr);
-            out.actions.push(Action::Send {
-                op: id,
-                rail,
-                dest,
-                head,
-                mr,
-                payload: payload.map(|u| u.region()),
-            });
+            out.actions.push(self.send_action(id, p));
         }
+    }
+
+    /// The action that sends a packet. The buffer's address is taken from
+    /// the operation where it lives: a pointer taken before the Box moved
+    /// into the slab would be invalid (Stacked Borrows; Miri reports it).
+    #[inline(always)]
+    fn send_action(&self, id: OpId, p: &Packet) -> Action {
+        Action::Send {
+            op: id,
+            rail: p.rail,
+            dest: self.peers[p.peer.index()].addr,
+            head: p.buf.region(p.len),
+            mr: p.buf.mr,
+            payload: p.payload.map(|u| u.region()),
+        }
+    }
+
+    /// Puts an operation at the end of its rail's queue (handed over again
+    /// by `run_retries`).
+    fn requeue(&mut self, rail: RailId, id: OpId) {
+        self.rails[rail.index()].retry.push_back(id);
+        self.queued = true;
+    }
+
+    /// Puts a receive buffer in its rail's queue of buffers to repost.
+    fn requeue_rx(&mut self, rail: RailId, slot: RxSlot) {
+        self.rails[rail.index()].rx_retry.push_back(slot);
+        self.queued = true;
     }
 
     /// Takes a transmit credit for a new operation; false if it must wait
@@ -570,8 +575,7 @@ impl Core {
     fn take_credit(&mut self, rail: RailId, id: OpId) -> bool {
         let r = &mut self.rails[rail.index()];
         if !r.retry.is_empty() || r.inflight >= r.profile.tx_depth {
-            r.retry.push_back(id);
-            self.queued = true;
+            self.requeue(rail, id);
             false
         } else {
             r.inflight += 1;
