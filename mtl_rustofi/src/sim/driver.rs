@@ -593,6 +593,9 @@ impl World {
                 // message is taken back and reports its cancellation; any
                 // other operation has finished or is under way, and its
                 // report comes as scheduled.
+                if !self.nodes[n].posted.contains_key(&op) {
+                    self.stray_cancels += 1;
+                }
                 let rs = &mut self.nodes[n].rails[rail.index()];
                 if let Some(i) = rs.tposted.iter().position(|t| t.op == op) {
                     let t = rs.tposted.remove(i);

@@ -287,6 +287,9 @@ pub(crate) struct World {
     pub(crate) orphans: Vec<(usize, usize, usize, u64)>,
     /// Posted tagged receives taken back by a Cancel action.
     pub(crate) chunks_cancelled: usize,
+    /// Cancels naming an operation that was not in flight (the core must
+    /// cancel only what it handed over and has not had reported).
+    pub(crate) stray_cancels: usize,
     /// Tagged receives refused with EAGAIN and not posted since, by
     /// (node, rail, source, tag).
     pub(crate) deferred_trecvs: std::collections::HashSet<(usize, usize, usize, u64)>,
@@ -411,6 +414,7 @@ impl World {
             mprobe_polls: 0,
             orphans: Vec::new(),
             chunks_cancelled: 0,
+            stray_cancels: 0,
             deferred_trecvs: Default::default(),
             hook: None,
             dead: None,
