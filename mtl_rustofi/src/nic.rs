@@ -83,7 +83,7 @@ pub(crate) fn parse_cpulist(text: &str) -> Option<Vec<usize>> {
 ///   are, case-insensitively); the pool is the named NICs, in the order
 ///   named. A loopback domain may be named.
 /// - Otherwise the pool is every NIC but loopback (loopback alone if it is
-///   all there is).
+///   all there is), in name order.
 /// - Within the pool, the nearest NICs by [`distance`] form the near set
 ///   when every distance is known; if any is unknown, all are equally
 ///   near. The rank takes the near set's entry at `local_rank` modulo its
@@ -93,12 +93,14 @@ pub(crate) fn choose(nics: &[Nic], wanted: &[String], local_rank: usize) -> Resu
         return Err("the provider lists no domain (NIC)".into());
     }
     let pool: Vec<usize> = if wanted.is_empty() {
-        let real: Vec<usize> = (0..nics.len()).filter(|&i| !nics[i].loopback).collect();
+        let mut real: Vec<usize> = (0..nics.len()).filter(|&i| !nics[i].loopback).collect();
         if real.is_empty() {
-            (0..nics.len()).collect()
-        } else {
-            real
+            real = (0..nics.len()).collect();
         }
+        // By name: libfabric lists interfaces in the kernel's order, which
+        // may differ between hosts; names give every host the same order.
+        real.sort_by(|&a, &b| nics[a].name.cmp(&nics[b].name));
+        real
     } else {
         let mut pool = Vec::new();
         for item in wanted {
@@ -188,11 +190,11 @@ mod tests {
     #[test]
     fn unknown_locality_spreads_by_local_rank_and_skips_loopback() {
         // tcp in a namespace host: veths have no PCI device.
-        let nics = [nic("eth0", None), nic("eth1", None), nic("lo", None)];
+        let nics = [nic("eth1", None), nic("lo", None), nic("eth0", None)];
         for r in 0..6 {
             let c = choose(&nics, &[], r).unwrap();
-            assert_eq!(c.near, vec![0, 1]);
-            assert_eq!(c.chosen, r % 2, "local rank {r}");
+            assert_eq!(c.near, vec![2, 0], "name order");
+            assert_eq!(c.chosen, [2, 0][r % 2], "local rank {r}");
         }
     }
 
