@@ -4,7 +4,7 @@
 # (10.88.0.0/24), each interface a veth into its own bridge (br0, br1) in a
 # third namespace. libfabric's tcp provider lists one `tcp;ofi_rxm` domain
 # per interface (eth0, eth1, lo), so each host has two "NICs". Every
-# interface is capped with `tc tbf` (RATE, default 500mbit) so that a NIC's
+# interface is capped with `tc tbf` (RATE, default 400mbit) so that a NIC's
 # link, not the CPU, bounds what it carries. FI_TCP_IFACE is not set (it
 # would hide all interfaces but one).
 #
@@ -19,7 +19,7 @@
 #              over both NICs is at least 1.7x the one with every rank on
 #              eth0 (mtl_rustofi_nic eth0): each NIC adds its link's worth.
 #
-#   tests/multinic.sh       (root; RATE=500mbit ROUNDS=5 override)
+#   tests/multinic.sh       (root; RATE=400mbit ROUNDS=5 override)
 #
 # Prints "ok   multinic NAME" or "FAIL multinic NAME: reason" per check and
 # exits nonzero if any check failed. Namespaces left from an earlier run
@@ -39,7 +39,7 @@ BRIDGE_NS=rustofi-nicbr
 HOSTS=(rn1 rn2)
 IFACES=(eth0 eth1)
 SUBNETS=(10.87.0 10.88.0)
-RATE=${RATE:-500mbit}
+RATE=${RATE:-400mbit}
 ROUNDS=${ROUNDS:-5}
 MIN_RATIO=1.7
 RUN_TIMEOUT=180
@@ -254,6 +254,7 @@ if run_ok spread_bw "$one" --mca mtl_rustofi_nic eth0 "$BUILD_DIR/nic_bw" $((64 
         msg="2 pairs x 64 MiB, tbf $RATE per NIC, median of $ROUNDS: one NIC $m1 MB/s, spread $m2 MB/s, ${ratio}x"
         if awk -v r="$ratio" -v m="$MIN_RATIO" 'BEGIN { exit !(r >= m) }'; then
             ok "spread_bw ($msg)"
+            grep -h "^RESULT" "$one" "$two" | sed "s/^/    /"
         else
             fail spread_bw "$msg, expected at least ${MIN_RATIO}x"
             grep '^RESULT' "$one" "$two"
