@@ -14,6 +14,8 @@
 #              (eth0 for 0, eth1 for 1; lo is skipped), and both of rn2's
 #              interfaces received the data of the pair that uses them;
 #   named      mtl_rustofi_nic eth1 puts every rank on eth1;
+#   unknown    mtl_rustofi_nic eth9 is one error per rank, and the job runs
+#              on pml ob1;
 #   spread_bw  two pairs (0,1) and (2,3) move 64 MiB each at the same time;
 #              the median aggregate over ROUNDS rounds with the ranks spread
 #              over both NICs is at least 1.7x the one with every rank on
@@ -238,6 +240,23 @@ out="$tmp/named.out"
 if run_ok named "$out" --mca mtl_rustofi_verbose 2 --mca mtl_rustofi_nic eth1 \
     "$BUILD_DIR/nic_bw" "$MIB" 1 && nics_ok named "$out" eth1 eth1; then
     ok "named (mtl_rustofi_nic eth1: every rank on eth1)"
+fi
+
+# unknown: a NIC name that is no domain of the provider is one error per
+# rank naming it and the NICs there; the component declines and the job
+# runs on (and passes with) pml ob1.
+out="$tmp/unknown.out"
+if run_ok unknown "$out" --mca mtl_rustofi_nic eth9 "$BUILD_DIR/nic_bw" "$MIB" 1; then
+    n=$(grep -c "mtl_rustofi_nic names 'eth9', which is not a NIC of this provider here (NICs: eth0, eth1, lo); the component is disabled" "$out")
+    if [ "$n" -ne 4 ]; then
+        fail unknown "expected the error once per rank (4), found it $n times"
+        show_tail unknown "$out"
+    elif has_counter_line "$out"; then
+        fail unknown "rustofi carried traffic although it should have declined"
+        show_tail unknown "$out"
+    else
+        ok "unknown (mtl_rustofi_nic eth9: one error per rank, job passes on ob1)"
+    fi
 fi
 
 # spread_bw: the same two concurrent 64 MiB transfers, spread over both

@@ -143,9 +143,10 @@ pub(crate) fn choose(nics: &[Nic], wanted: &[String], local_rank: usize) -> Resu
     })
 }
 
-/// The NICs' names, comma-separated, for messages.
+/// The NICs' names in name order, comma-separated, for messages.
 pub(crate) fn names(nics: &[Nic]) -> String {
-    let v: Vec<&str> = nics.iter().map(|n| n.name.as_str()).collect();
+    let mut v: Vec<&str> = nics.iter().map(|n| n.name.as_str()).collect();
+    v.sort_unstable();
     v.join(", ")
 }
 
@@ -241,7 +242,7 @@ mod tests {
 
     #[test]
     fn unknown_name_is_one_clear_error() {
-        let nics = [nic("eth0", None), nic("lo", None)];
+        let nics = [nic("lo", None), nic("eth0", None)];
         let e = choose(&nics, &list("eth0,mlx5_0"), 0).unwrap_err();
         assert!(
             e.contains("mtl_rustofi_nic") && e.contains("mlx5_0") && e.contains("eth0, lo"),
