@@ -292,6 +292,10 @@ pub unsafe extern "C" fn rustofi_init(
             }
         };
         let index = nics[choice.chosen].index;
+        let distance = nics[choice.chosen]
+            .nic
+            .distance
+            .map_or("unknown".to_string(), |d| d.to_string());
         let near: Vec<&str> = choice
             .near
             .iter()
@@ -331,13 +335,14 @@ pub unsafe extern "C" fn rustofi_init(
         };
         if verbose > 1 {
             crate::log::info(&format!(
-                "rustofi: opened rank={} provider={} nic={} local_rank={} near_nics={} shm={} \
-                 rma={} rndv={} caps={:?}",
+                "rustofi: opened rank={} provider={} nic={} local_rank={} near_nics={} \
+                 nic_distance={} shm={} rma={} rndv={} caps={:?}",
                 cfg.rank,
                 engine.provider,
                 engine.nic,
                 local_rank,
                 near.join(","),
+                distance,
                 engine.shm_provider().unwrap_or("off"),
                 engine.caps.rma,
                 if engine.rndv_uses_read() {

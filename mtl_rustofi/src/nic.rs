@@ -75,6 +75,23 @@ pub(crate) fn parse_cpulist(text: &str) -> Option<Vec<usize>> {
     Some(cpus)
 }
 
+/// The innermost PCI address (`DDDD:BB:DD.F`) among the components of a
+/// sysfs device path, if any (a device without one, such as a veth, has
+/// no PCI locality).
+pub(crate) fn pci_addr_in_path(path: &str) -> Option<String> {
+    let is_pci = |c: &str| {
+        let b = c.as_bytes();
+        b.len() == 12
+            && b[4] == b':'
+            && b[7] == b':'
+            && b[10] == b'.'
+            && c.chars()
+                .enumerate()
+                .all(|(i, ch)| matches!(i, 4 | 7 | 10) || ch.is_ascii_hexdigit())
+    };
+    path.rsplit('/').find(|c| is_pci(c)).map(str::to_string)
+}
+
 /// Picks this rank's NIC among `nics` (the chosen provider's domains, in
 /// libfabric's order). `wanted` is `mtl_rustofi_nic` split into items
 /// (empty: any); `local_rank` is Open MPI's local rank of the process.
@@ -174,6 +191,20 @@ mod tests {
         assert_eq!(parse_cpulist(""), Some(vec![]));
         assert_eq!(parse_cpulist("x"), None);
         assert_eq!(parse_cpulist("3-1"), None);
+    }
+
+    #[test]
+    fn pci_addresses_from_sysfs_paths() {
+        assert_eq!(
+            pci_addr_in_path("/sys/devices/pci0000:00/0000:00:03.0/virtio2").as_deref(),
+            Some("0000:00:03.0")
+        );
+        assert_eq!(
+            pci_addr_in_path("/sys/devices/pci0000:10/0000:10:01.0/0000:16:00.1").as_deref(),
+            Some("0000:16:00.1")
+        );
+        assert_eq!(pci_addr_in_path("/sys/devices/virtual/net/veth0"), None);
+        assert_eq!(pci_addr_in_path(""), None);
     }
 
     #[test]

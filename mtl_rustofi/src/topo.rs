@@ -66,10 +66,11 @@ fn pci_addr(info: &Info<'_>, domain: &str) -> Option<String> {
     if domain.is_empty() || domain.contains('/') {
         return None;
     }
-    let dev = std::fs::read_link(Path::new("/sys/class/net").join(domain).join("device")).ok()?;
-    let last = dev.file_name()?.to_string_lossy().into_owned();
-    // Only PCI devices carry a local_cpulist; others are left unknown.
-    (last.len() == 12 && last.as_bytes()[4] == b':').then_some(last)
+    // The interface's device may sit below its PCI function (virtio-net:
+    // .../0000:00:03.0/virtio2), so the nearest PCI ancestor counts.
+    let dev =
+        std::fs::canonicalize(Path::new("/sys/class/net").join(domain).join("device")).ok()?;
+    nic::pci_addr_in_path(&dev.to_string_lossy())
 }
 
 fn read_cpulist(path: &str) -> Option<Vec<usize>> {
