@@ -119,6 +119,10 @@ else
     RTE_MCA=--mca PLM_AGENT=plm_rsh_agent
 fi
 # run_mpi OUT ARGS...: mpirun inside rn1 (hostname rn1), 4 ranks, 2 per host.
+# The four ranks share the machine's two cores (and other jobs'), so idle
+# ranks yield: a rank spinning in a wait would otherwise starve the pair
+# whose transfer it waits for, and the run would measure the CPU, not the
+# links.
 run_mpi() {
     local out=$1
     shift
@@ -128,7 +132,7 @@ run_mpi() {
         mpirun -np 4 --hostfile "$tmp/hostfile" --bind-to none \
         --map-by node --oversubscribe \
         "$RTE_MCA" "$PLM_AGENT" "$AGENT" \
-        "$RTE_MCA" oob_tcp_if_include eth0 \
+        "$RTE_MCA" oob_tcp_if_include eth0 --mca mpi_yield_when_idle 1 \
         -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
         -x OMPI_MCA_mca_base_component_path \
         --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
