@@ -277,30 +277,14 @@ pub unsafe extern "C" fn rustofi_init(
             }
         };
         let verbose = settings.verbose;
-        let nics = crate::topo::provider_nics(&list, &names[index]);
-        let local_rank = crate::topo::local_rank();
-        let nic_of = |e: &crate::topo::NicEntry| e.nic.clone();
-        let choice = match crate::nic::choose(
-            &nics.iter().map(nic_of).collect::<Vec<_>>(),
-            &settings.nic,
-            local_rank,
-        ) {
-            Ok(c) => c,
+        let pick = match crate::topo::pick_nic(&list, &names[index], &settings.nic) {
+            Ok(p) => p,
             Err(e) => {
                 crate::log::error(&format!("{}: {e}; the component is disabled", names[index]));
                 return 1;
             }
         };
-        let index = nics[choice.chosen].index;
-        let distance = nics[choice.chosen]
-            .nic
-            .distance
-            .map_or("unknown".to_string(), |d| d.to_string());
-        let near: Vec<&str> = choice
-            .near
-            .iter()
-            .map(|&i| nics[i].nic.name.as_str())
-            .collect();
+        let index = pick.index;
         let shm_mode = settings.shm;
         let shm = if config::shm_wanted(shm_mode, &names[index]) {
             let i = config::shm_index(&names);
@@ -340,9 +324,10 @@ pub unsafe extern "C" fn rustofi_init(
                 cfg.rank,
                 engine.provider,
                 engine.nic,
-                local_rank,
-                near.join(","),
-                distance,
+                pick.local_rank,
+                pick.near.join(","),
+                pick.distance
+                    .map_or("unknown".to_string(), |d| d.to_string()),
                 engine.shm_provider().unwrap_or("off"),
                 engine.caps.rma,
                 if engine.rndv_uses_read() {

@@ -15,15 +15,45 @@ use std::path::Path;
 
 /// One NIC of the chosen provider: its facts and the index of its first
 /// entry in the fi_info list (the entry that is opened).
-pub(crate) struct NicEntry {
-    pub nic: Nic,
+struct NicEntry {
+    nic: Nic,
+    index: usize,
+}
+
+/// The NIC this rank opens and why (for the verbose startup line).
+pub(crate) struct NicPick {
+    /// Its entry in the fi_info list.
     pub index: usize,
+    pub local_rank: usize,
+    /// Its distance ([`nic::distance`]), `None` if unknown.
+    pub distance: Option<u32>,
+    /// The names of all equally near NICs.
+    pub near: Vec<String>,
+}
+
+/// Chooses this rank's NIC among the domains of `provider` in `list`
+/// ([`nic::choose`]); `wanted` is `mtl_rustofi_nic`, split.
+pub(crate) fn pick_nic(
+    list: &InfoList,
+    provider: &str,
+    wanted: &[String],
+) -> Result<NicPick, String> {
+    let nics = provider_nics(list, provider);
+    let facts: Vec<Nic> = nics.iter().map(|e| e.nic.clone()).collect();
+    let local_rank = local_rank();
+    let c = nic::choose(&facts, wanted, local_rank)?;
+    Ok(NicPick {
+        index: nics[c.chosen].index,
+        local_rank,
+        distance: nics[c.chosen].nic.distance,
+        near: c.near.iter().map(|&i| facts[i].name.clone()).collect(),
+    })
 }
 
 /// The chosen provider's domains, one per domain name in libfabric's
 /// order (tcp lists an interface once per address family: the first entry
 /// is kept).
-pub(crate) fn provider_nics(list: &InfoList, provider: &str) -> Vec<NicEntry> {
+fn provider_nics(list: &InfoList, provider: &str) -> Vec<NicEntry> {
     let my_cpus = my_cpus();
     let mut out: Vec<NicEntry> = Vec::new();
     for (index, info) in list.iter().enumerate() {
@@ -50,7 +80,7 @@ pub(crate) fn provider_nics(list: &InfoList, provider: &str) -> Vec<NicEntry> {
 }
 
 /// Open MPI's local rank of this process (0 when not launched by mpirun).
-pub(crate) fn local_rank() -> usize {
+fn local_rank() -> usize {
     std::env::var("OMPI_COMM_WORLD_LOCAL_RANK")
         .ok()
         .and_then(|v| v.trim().parse().ok())
