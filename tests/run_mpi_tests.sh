@@ -528,7 +528,7 @@ check_ompi_info() {
         why="ompi_info exited with status $RC"
     else
         for p in priority provider_include provider_exclude eager_limit verbose \
-            rndv_protocol rndv_chunk_size fault_inject shm coalesce; do
+            rndv_protocol rndv_chunk_size fault_inject shm coalesce nic; do
             if ! grep -q "^mca:mtl:rustofi:param:mtl_rustofi_$p:value:" "$log"; then
                 why="parameter mtl_rustofi_$p not listed"
                 break

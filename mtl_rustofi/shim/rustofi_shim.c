@@ -118,6 +118,7 @@ ASSERT_FIELD(RustofiConfig, coalesce, RUSTOFI_LAYOUT_CONFIG_COALESCE);
 ASSERT_FIELD(RustofiConfig, named, RUSTOFI_LAYOUT_CONFIG_NAMED);
 ASSERT_FIELD(RustofiConfig, my_name, RUSTOFI_LAYOUT_CONFIG_MY_NAME);
 ASSERT_FIELD(RustofiConfig, rank, RUSTOFI_LAYOUT_CONFIG_RANK);
+ASSERT_FIELD(RustofiConfig, nic, RUSTOFI_LAYOUT_CONFIG_NIC);
 _Static_assert(sizeof(RustofiConfig) == RUSTOFI_LAYOUT_CONFIG_SIZE,
                "size of RustofiConfig differs from ffi.rs");
 
@@ -127,6 +128,7 @@ _Static_assert(sizeof(RustofiConfig) == RUSTOFI_LAYOUT_CONFIG_SIZE,
 static int param_priority = 25;
 static char *param_include = NULL;
 static char *param_exclude = NULL;
+static char *param_nic = NULL;
 static int param_eager_limit = -1;
 static int param_verbose = 0;
 static char *param_rndv_protocol = NULL;
@@ -239,6 +241,12 @@ static int rustofi_component_register(void)
         "provider_include. When neither is set and the component is not named with --mca mtl, "
         "software providers (shm, sockets, tcp, udp, rstream, net) are excluded",
         OPAL_INFO_LVL_1, &param_exclude);
+    reg_string("nic",
+               "Comma-separated NICs (libfabric domains of the chosen provider, e.g. "
+               "rdmap16s27-rdm or eth1) this process may use; among them, or among all NICs but "
+               "loopback when unset, each process takes the nearest to its CPUs and spreads over "
+               "equally near ones by local rank",
+               OPAL_INFO_LVL_3, &param_nic);
     reg_int("eager_limit",
             "Largest message (bytes, 0..1048576) sent eagerly; larger ones use the rendezvous "
             "protocol. -1 (default) picks it per provider: 65536 for tcp (rxm's bounce buffers "
@@ -497,6 +505,7 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
         .named = rustofi_named(),
         .my_name = proc_name64(OMPI_PROC_MY_NAME),
         .rank = (int64_t) OMPI_PROC_MY_NAME->vpid,
+        .nic = param_nic,
     };
     RustofiCallbacks cb = {
         .recv_complete = cb_recv_complete,

@@ -39,6 +39,9 @@ pub(crate) enum Fault {
 pub(crate) struct Settings {
     pub include: Vec<String>,
     pub exclude: Vec<String>,
+    /// NICs (domains) of the provider this rank may use (empty: any; see
+    /// [`crate::nic::choose`]).
+    pub nic: Vec<String>,
     /// Largest eager payload; `None` picks it per provider
     /// ([`default_eager_limit`]).
     pub eager_limit: Option<usize>,
@@ -68,6 +71,7 @@ pub(crate) struct RawParams<'a> {
     pub include_set: bool,
     pub exclude: Option<&'a str>,
     pub exclude_set: bool,
+    pub nic: Option<&'a str>,
     pub eager_limit: i64,
     pub rndv_protocol: Option<&'a str>,
     pub chunk: i64,
@@ -119,7 +123,7 @@ pub(crate) fn rxm_buffer_env(eager: usize) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn split_list(s: Option<&str>) -> Vec<String> {
+pub(crate) fn split_list(s: Option<&str>) -> Vec<String> {
     s.unwrap_or("")
         .split(',')
         .map(|x| x.trim().to_ascii_lowercase())
@@ -209,6 +213,7 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     Ok(Settings {
         include,
         exclude,
+        nic: split_list(p.nic),
         eager_limit: (p.eager_limit != EAGER_AUTO).then_some(p.eager_limit as usize),
         rndv,
         chunk: p.chunk as usize,

@@ -55,6 +55,8 @@ pub(crate) struct Engine {
     handoff: Handoff<State, Cmd>,
     /// The network provider's name and capabilities.
     pub(crate) provider: String,
+    /// The network provider's domain (NIC) this rank uses.
+    pub(crate) nic: String,
     pub(crate) caps: Caps,
     pub(crate) settings: Settings,
     stats: Arc<Stats>,
@@ -76,6 +78,11 @@ impl Engine {
         my_name: u64,
     ) -> Result<Engine, EngineError> {
         let mut driver = Driver::open(&list, index, shm, shm_required, &settings)?;
+        let nic = list
+            .iter()
+            .nth(index)
+            .map(|i| i.domain_name())
+            .unwrap_or_default();
         drop(list);
         let profiles = driver.profiles();
         let stats = Arc::new(Stats::default());
@@ -100,6 +107,7 @@ impl Engine {
         let net = &profiles[0];
         Ok(Engine {
             provider: net.provider.clone(),
+            nic,
             caps: driver.caps(RailId(0)),
             rndv_read: net.rndv_read,
             shm_provider: profiles
@@ -355,10 +363,11 @@ impl Engine {
         let s = &self.stats;
         let g = Stats::get;
         format!(
-            "rustofi: rank={rank} provider={} shm={} net_peers={} shm_peers={} sent_msgs={} \
+            "rustofi: rank={rank} provider={} nic={} shm={} net_peers={} shm_peers={} sent_msgs={} \
              sent_bytes={} recv_msgs={} recv_bytes={} eager={} rndv={} unexpected={} errors={} \
              coalesced={}",
             self.provider,
+            self.nic,
             self.shm_provider().unwrap_or("off"),
             g(&s.net_peers),
             g(&s.shm_peers),

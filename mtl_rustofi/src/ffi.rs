@@ -41,6 +41,8 @@ pub struct RustofiConfig {
     pub my_name: u64,
     /// This process's rank in MPI_COMM_WORLD, for messages.
     pub rank: i64,
+    /// NICs (domains) of the provider to use: comma list, NULL for any.
+    pub nic: *const c_char,
 }
 
 /// Completion entry points of the shim.
@@ -198,6 +200,7 @@ pub unsafe extern "C" fn rustofi_init(
             include_set: cfg.include_set,
             exclude: opt_str(cfg.provider_exclude),
             exclude_set: cfg.exclude_set,
+            nic: opt_str(cfg.nic),
             eager_limit: cfg.eager_limit,
             rndv_protocol: opt_str(cfg.rndv_protocol),
             chunk: cfg.rndv_chunk_size,
@@ -274,6 +277,14 @@ pub unsafe extern "C" fn rustofi_init(
             }
         };
         let verbose = settings.verbose;
+        let pick = match crate::topo::pick_nic(&list, &names[index], &settings.nic) {
+            Ok(p) => p,
+            Err(e) => {
+                crate::log::error(&format!("{}: {e}; the component is disabled", names[index]));
+                return 1;
+            }
+        };
+        let index = pick.index;
         let shm_mode = settings.shm;
         let shm = if config::shm_wanted(shm_mode, &names[index]) {
             let i = config::shm_index(&names);
@@ -308,9 +319,15 @@ pub unsafe extern "C" fn rustofi_init(
         };
         if verbose > 1 {
             crate::log::info(&format!(
-                "rustofi: opened rank={} provider={} shm={} rma={} rndv={} caps={:?}",
+                "rustofi: opened rank={} provider={} nic={} local_rank={} near_nics={} \
+                 nic_distance={} shm={} rma={} rndv={} caps={:?}",
                 cfg.rank,
                 engine.provider,
+                engine.nic,
+                pick.local_rank,
+                pick.near.join(","),
+                pick.distance
+                    .map_or("unknown".to_string(), |d| d.to_string()),
                 engine.shm_provider().unwrap_or("off"),
                 engine.caps.rma,
                 if engine.rndv_uses_read() {
@@ -728,7 +745,8 @@ pub const RUSTOFI_LAYOUT_CONFIG_COALESCE: usize = 88;
 pub const RUSTOFI_LAYOUT_CONFIG_NAMED: usize = 96;
 pub const RUSTOFI_LAYOUT_CONFIG_MY_NAME: usize = 104;
 pub const RUSTOFI_LAYOUT_CONFIG_RANK: usize = 112;
-pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 120;
+pub const RUSTOFI_LAYOUT_CONFIG_NIC: usize = 120;
+pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 128;
 
 /// Asserts at compile time that `$ty` has size `$size` and each listed
 /// field has the given offset and size (every field must be listed: the
@@ -791,4 +809,5 @@ assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 21;
     named: bool = RUSTOFI_LAYOUT_CONFIG_NAMED,
     my_name: u64 = RUSTOFI_LAYOUT_CONFIG_MY_NAME,
     rank: i64 = RUSTOFI_LAYOUT_CONFIG_RANK,
+    nic: *const c_char = RUSTOFI_LAYOUT_CONFIG_NIC,
 );

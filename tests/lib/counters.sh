@@ -5,7 +5,7 @@
 #
 # With mtl_rustofi_verbose >= 1 every rank prints one line at MPI_Finalize
 # (`stats_line` in mtl_rustofi/src/engine.rs):
-#   rustofi: rank=R provider=P shm=S net_peers=N shm_peers=N sent_msgs=N
+#   rustofi: rank=R provider=P nic=D shm=S net_peers=N shm_peers=N sent_msgs=N
 #   sent_bytes=N recv_msgs=N recv_bytes=N eager=N rndv=N unexpected=N
 #   errors=N coalesced=N
 # on one line, as space-separated key=value fields. Other output of the
