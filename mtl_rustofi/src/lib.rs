@@ -31,10 +31,12 @@ mod log;
 pub mod matching;
 mod order;
 mod proto;
+mod pvars;
 mod request;
 #[cfg(test)]
 mod sim;
 mod sync;
 mod sys;
+mod trace;
 mod usermem;
 mod wire;

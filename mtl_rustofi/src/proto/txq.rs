@@ -559,6 +559,7 @@ impl Core {
     /// Puts an operation at the end of its rail's queue (handed over again
     /// by `run_retries`).
     fn requeue(&mut self, rail: RailId, id: OpId) {
+        tracing::debug!(rail = rail.0, op = id.0, "operation queued for retry");
         self.rails[rail.index()].retry.push_back(id);
         self.queued = true;
     }
