@@ -119,7 +119,20 @@ static void site_show_help(const char *topic, const char *msg)
     int rank = OPAL_VPID_INVALID == OMPI_PROC_MY_NAME->vpid ? -1
              : (int) OMPI_PROC_MY_NAME->vpid;
     const char *host = NULL != opal_process_info.nodename ? opal_process_info.nodename : "?";
+#if OMPI_MAJOR_VERSION >= 5
     opal_show_help(RUSTOFI_HELP_FILE, topic, true, host, rank, msg);
+#else
+    /* Open MPI 4.1.4's mpirun intermittently fails to decode the help
+     * messages ranks forward to it for aggregation ("ORTE_ERROR_LOG: Data
+     * unpack would read past end of buffer in file orte/util/show_help.c",
+     * seen with its own components' messages too) and then drops them. So
+     * the message is rendered here and printed by this rank. */
+    char *text = opal_show_help_string(RUSTOFI_HELP_FILE, topic, true, host, rank, msg);
+    if (NULL != text) {
+        opal_output(0, "%s", text);
+        free(text);
+    }
+#endif
 }
 
 void rustofi_site_hooks(const mca_base_component_t *component)

@@ -294,7 +294,11 @@ pub unsafe extern "C" fn rustofi_init(
             }
         };
         let names: Vec<String> = list.iter().map(|i| i.provider()).collect();
-        tracing::info!(candidates = ?names, "libfabric providers offered");
+        if tracing::enabled!(tracing::Level::INFO) {
+            let mut distinct = names.clone();
+            distinct.dedup();
+            tracing::info!(candidates = ?distinct, "libfabric providers offered");
+        }
         let index = match config::select_provider(&names, &settings) {
             Ok(i) => i,
             Err(e) => {

@@ -73,7 +73,8 @@ impl Topic {
     }
 }
 
-/// `[host:pid rank N]`, so that lines of many ranks can be told apart.
+/// `[host:pid rank N]` (`[rank N]` through `opal_output`, which adds host
+/// and pid itself), so that lines of many ranks can be told apart.
 pub(crate) fn prefix() -> String {
     static HOST: OnceLock<String> = OnceLock::new();
     let host = HOST.get_or_init(|| {
@@ -88,9 +89,13 @@ pub(crate) fn prefix() -> String {
             "?".into()
         }
     });
-    match RANK.load(Ordering::Relaxed) {
-        r if r >= 0 => format!("[{host}:{} rank {r}]", std::process::id()),
-        _ => format!("[{host}:{}]", std::process::id()),
+    // opal_output already starts its lines with [host:pid].
+    let through_opal = hooks().is_some_and(|h| h.output.is_some());
+    match (RANK.load(Ordering::Relaxed), through_opal) {
+        (r, true) if r >= 0 => format!("[rank {r}]"),
+        (_, true) => String::new(),
+        (r, false) if r >= 0 => format!("[{host}:{} rank {r}]", std::process::id()),
+        (_, false) => format!("[{host}:{}]", std::process::id()),
     }
 }
 
@@ -147,7 +152,7 @@ pub(crate) fn problem(topic: Topic, msg: &str) {
             // the duration of the call.
             unsafe { show(topic.name().as_ptr(), c.as_ptr()) }
         }
-        None => line(&format!("{} mtl_rustofi: error: {msg}", prefix())),
+        None => line(format!("{} mtl_rustofi: error: {msg}", prefix()).trim_start()),
     }
 }
 
@@ -157,7 +162,7 @@ pub(crate) fn error(msg: &str) {
     if quiet() {
         return;
     }
-    line(&format!("{} mtl_rustofi: error: {msg}", prefix()));
+    line(format!("{} mtl_rustofi: error: {msg}", prefix()).trim_start());
 }
 
 /// An informational line (printed by callers that checked `verbose`).

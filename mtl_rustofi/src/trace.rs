@@ -163,7 +163,7 @@ impl Subscriber for OpalSubscriber {
                 .collect()
         });
         let body = format_line(event.metadata().level(), &spans, &f.message, &f.rest);
-        crate::log::line(&format!("{} {body}", crate::log::prefix()));
+        crate::log::line(format!("{} {body}", crate::log::prefix()).trim_start());
     }
 
     fn enter(&self, span: &Id) {
