@@ -122,25 +122,25 @@ pub(crate) fn line(text: &str) {
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 thread_local! {
-    /// Tests that provoke errors on purpose (the protocol simulator) turn
-    /// the messages off for their thread.
+    /// Tests that provoke errors on purpose (the protocol simulator, the
+    /// fuzz targets) turn the messages off for their thread.
     pub(crate) static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 fn quiet() -> bool {
     QUIET.with(|q| q.get())
 }
 
-#[cfg(not(test))]
+#[cfg(not(any(test, feature = "fuzzing")))]
 fn quiet() -> bool {
     false
 }
 
 /// A problem that keeps the component from starting: one help message per
-/// job (Open MPI aggregates the ranks' identical topics).
+/// job where Open MPI aggregates the ranks' identical topics (see the shim).
 pub(crate) fn problem(topic: Topic, msg: &str) {
     if quiet() {
         return;
