@@ -50,7 +50,7 @@ done
 clean=(env -i PATH=/usr/bin:/bin HOME="$HOME")
 "${clean[@]}" ompi_info --param mtl rustofi --level 9 >"$work/ompi_info.txt" 2>&1 \
   || fail "ompi_info"
-grep -q 'mtl_rustofi_shm.*Valid values\|Valid values: 0:"auto", 1:"on", 2:"off"' "$work/ompi_info.txt" \
+grep -q 'Valid values: 2:"auto", 1:"on", 0:"off"' "$work/ompi_info.txt" \
   || fail "ompi_info does not list mtl_rustofi_shm with its values"
 
 run() { # output file, mpirun arguments...

@@ -32,8 +32,10 @@
 
 static const mca_base_var_enum_value_t rndv_protocol_values[] = {
     {0, "auto"}, {1, "read"}, {2, "send"}, {0, NULL}};
+/* Numbered so that the numeric forms Open MPI also accepts keep their
+ * boolean meaning (0 off, 1 on). */
 static const mca_base_var_enum_value_t shm_values[] = {
-    {0, "auto"}, {1, "on"}, {2, "off"}, {0, NULL}};
+    {2, "auto"}, {1, "on"}, {0, "off"}, {0, NULL}};
 static const mca_base_var_enum_value_t fault_inject_values[] = {
     {0, "none"}, {1, "rma_key"}, {2, "bad_packet"}, {0, NULL}};
 
