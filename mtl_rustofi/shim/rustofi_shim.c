@@ -7,7 +7,8 @@
  * non-contiguous data, filling statuses and calling request completion
  * callbacks, and the progress hook. Everything else (provider selection,
  * libfabric resources, wire protocol, matching, progress) is the Rust
- * library behind rustofi.h.
+ * library behind rustofi.h. Enumerated parameters, help messages, output
+ * and MPI_T performance variables are in rustofi_site.c.
  */
 
 #include "ompi_config.h"
