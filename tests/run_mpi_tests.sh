@@ -572,7 +572,7 @@ P2P_PROGS="order_wildcard posting_order unexpected_reverse truncate issend
 # Any other program in tests/mpi (e.g. a regression test) runs at np 2 on
 # every provider with the basic checks; it must follow the same conventions
 # (common.h: "PASS <name>" from rank 0, "FAIL: ..." and nonzero exit).
-KNOWN_PROGS=" ${P2P_PROGS//[[:space:]]/ } collectives threads errors huge sessions "
+KNOWN_PROGS=" ${P2P_PROGS//[[:space:]]/ } collectives threads errors huge sessions mpit_pvars "
 OTHER_PROGS=()
 for src in "$SRC_DIR"/*.c; do
     prog=$(basename "$src" .c)
@@ -612,6 +612,8 @@ for prov in $PROVIDERS; do
         esac
     done
     run_test collectives "$prov" 2 "clean"
+    # MPI_T: the mtl_rustofi_* variables exist only with this component.
+    [[ -n "$BASELINE" ]] || run_test mpit_pvars "$prov" 2 "clean grep=PVARS"
     run_test collectives "$prov" 4 "clean"
     run_test threads "$prov" 2 "clean"
     run_test errors "$prov" 2 "clean" -- expect_ok

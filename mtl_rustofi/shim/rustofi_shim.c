@@ -7,7 +7,8 @@
  * non-contiguous data, filling statuses and calling request completion
  * callbacks, and the progress hook. Everything else (provider selection,
  * libfabric resources, wire protocol, matching, progress) is the Rust
- * library behind rustofi.h.
+ * library behind rustofi.h. Enumerated parameters, help messages, output
+ * and MPI_T performance variables are in rustofi_site.c.
  */
 
 #include "ompi_config.h"
@@ -44,6 +45,7 @@
 /* ==== end of version differences =================================== */
 
 #include "rustofi.h"
+#include "rustofi_site.h"
 
 /*
  * Layout of the structs shared with the Rust library, field by field. The
@@ -131,12 +133,9 @@ static char *param_exclude = NULL;
 static char *param_nic = NULL;
 static int param_eager_limit = -1;
 static int param_verbose = 0;
-static char *param_rndv_protocol = NULL;
-static char *param_shm = NULL;
 static int param_coalesce = 1;
 static long param_rndv_chunk = 64L * 1024 * 1024;
 static int param_rx_buffers = 256;
-static char *param_fault_inject = NULL;
 static int idx_include = -1;
 static int idx_exclude = -1;
 
@@ -226,6 +225,7 @@ static int rustofi_component_register(void)
         rustofi_wrong_series = true;
         return OMPI_SUCCESS;
     }
+    rustofi_site_hooks(&mca_mtl_rustofi_component.mtl_version);
     reg_int("priority",
             "Priority of the rustofi MTL; pml cm competes with pml ob1 (20) at this value",
             OPAL_INFO_LVL_3, &param_priority);
@@ -257,23 +257,11 @@ static int rustofi_component_register(void)
             "Verbosity: 1 prints one line of traffic counters per rank at finalize, 2 also the "
             "chosen provider and capabilities at startup",
             OPAL_INFO_LVL_1, &param_verbose);
-    reg_string("rndv_protocol",
-               "Rendezvous data path: auto (RMA read when the provider has FI_RMA, else send), "
-               "read, or send",
-               OPAL_INFO_LVL_5, &param_rndv_protocol);
     mca_base_component_var_register(&mca_mtl_rustofi_component.mtl_version, "rndv_chunk_size",
                                     "Largest single libfabric transfer of a rendezvous (bytes, at "
                                     "least 4096; also capped by the provider's max_msg_size)",
                                     MCA_BASE_VAR_TYPE_LONG, NULL, 0, 0, OPAL_INFO_LVL_5,
                                     MCA_BASE_VAR_SCOPE_READONLY, &param_rndv_chunk);
-    param_shm = "auto";
-    reg_string("shm",
-               "Reach peers on the same host through libfabric's shm provider beside the network "
-               "provider, with one matching engine above both: auto (on for tcp, udp, sockets and "
-               "other providers that would loop local traffic through the network stack; off for "
-               "efa, which already routes same-host peers through shm itself, and when the "
-               "provider is shm), on, or off",
-               OPAL_INFO_LVL_3, &param_shm);
     reg_int("coalesce",
             "1: back-to-back small eager sends to one peer, issued while an earlier packet to "
             "it is still in flight, share one packet (sent at the next call into the MTL that "
@@ -281,11 +269,9 @@ static int rustofi_component_register(void)
             OPAL_INFO_LVL_4, &param_coalesce);
     reg_int("rx_buffers", "Receive bounce buffers kept posted (8..65536)", OPAL_INFO_LVL_5,
             &param_rx_buffers);
-    reg_string("fault_inject",
-               "Testing only: none, rma_key (corrupt the key of the next rendezvous read so the "
-               "provider reports a completion error) or bad_packet (send one malformed packet)",
-               OPAL_INFO_LVL_9, &param_fault_inject);
-    return OMPI_SUCCESS;
+    /* enumerated parameters (rndv_protocol, shm, fault_inject) and the
+     * MPI_T performance variables */
+    return rustofi_site_register(&mca_mtl_rustofi_component.mtl_version);
 }
 
 static int rustofi_component_open(void)
@@ -495,12 +481,12 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
         .provider_exclude = param_exclude,
         .exclude_set = var_is_set(idx_exclude),
         .eager_limit = param_eager_limit,
-        .rndv_protocol = param_rndv_protocol,
+        .rndv_protocol = rustofi_enum_text(RUSTOFI_ENUM_RNDV_PROTOCOL),
         .rndv_chunk_size = param_rndv_chunk,
         .rx_buffers = param_rx_buffers,
         .verbose = param_verbose,
-        .fault_inject = param_fault_inject,
-        .shm = param_shm,
+        .fault_inject = rustofi_enum_text(RUSTOFI_ENUM_FAULT_INJECT),
+        .shm = rustofi_enum_text(RUSTOFI_ENUM_SHM),
         .coalesce = param_coalesce,
         .named = rustofi_named(),
         .my_name = proc_name64(OMPI_PROC_MY_NAME),

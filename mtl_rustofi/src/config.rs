@@ -131,8 +131,9 @@ pub(crate) fn split_list(s: Option<&str>) -> Vec<String> {
         .collect()
 }
 
-/// Checks every parameter; the error text names the offending parameter.
-pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
+/// Checks the two provider lists together: include set but empty, or both
+/// set. A separate step so that these get their own help topic.
+pub(crate) fn validate_lists(p: &RawParams<'_>) -> Result<(), String> {
     let include = split_list(p.include);
     let exclude = split_list(p.exclude);
     if p.include_set && include.is_empty() {
@@ -149,6 +150,14 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
                 .into(),
         );
     }
+    Ok(())
+}
+
+/// Checks every parameter; the error text names the offending parameter.
+pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
+    validate_lists(p)?;
+    let include = split_list(p.include);
+    let exclude = split_list(p.exclude);
     if p.eager_limit != EAGER_AUTO && !(0..=MAX_EAGER).contains(&p.eager_limit) {
         return Err(format!(
             "mtl_rustofi_eager_limit = {} is invalid: it must be between 0 and {} bytes, \

@@ -358,6 +358,11 @@ impl Engine {
         }
     }
 
+    /// The counters (MPI_T reads them while the job runs).
+    pub(crate) fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
     /// One line of counters.
     pub(crate) fn stats_line(&self, rank: i64) -> String {
         let s = &self.stats;

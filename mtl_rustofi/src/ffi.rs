@@ -8,6 +8,7 @@
 use crate::config::{self, RawParams};
 use crate::engine::{Completion, Engine, MessageHandle, ProbeInfo, Status};
 use crate::fabric::{Hints, InfoList};
+use crate::log::Topic;
 use crate::matching::Selector;
 use crate::request::{MtlRequest, ReqPtr, Request, RustofiReqHead, REQUEST_EXTRA};
 use std::cell::RefCell;
@@ -58,6 +59,30 @@ pub struct RustofiCallbacks {
     pub cancel_complete: Option<unsafe extern "C" fn(*mut RustofiReqHead)>,
 }
 
+/// Output entry points of the shim (see `log`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct RustofiLogHooks {
+    /// Writes one line (without its newline) with `opal_output`.
+    pub output: Option<unsafe extern "C" fn(*const c_char)>,
+    /// Shows a topic of `help-mtl-rustofi.txt`; the second argument is the
+    /// message filling the topic's `%s`.
+    pub show_help: Option<unsafe extern "C" fn(*const c_char, *const c_char)>,
+}
+
+/// MPI_T class of a performance variable (the shim maps it to Open MPI's
+/// `MCA_BASE_PVAR_CLASS_*`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RustofiPvarClass {
+    /// Monotonic count of events since MPI_Init.
+    Counter = 0,
+    /// Current value of a quantity that rises and falls.
+    Level = 1,
+    /// Highest value a level has reached.
+    Highwatermark = 2,
+}
+
 /// Envelope reported by a probe.
 #[repr(C)]
 pub struct RustofiStatus {
@@ -90,7 +115,7 @@ fn guard(what: &str, f: impl FnOnce() -> c_int) -> c_int {
                 .map(|s| s.to_string())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            crate::log::error(&format!("internal error in {what}: {msg}"));
+            crate::log::problem(Topic::InternalError, &format!("{what}: {msg}"));
             ERR
         }
     }
@@ -195,6 +220,7 @@ pub unsafe extern "C" fn rustofi_init(
         // SAFETY: the contract says both point to valid structures; they
         // are read here during the call only (the callbacks are copied).
         let (cfg, cb) = unsafe { (&*cfg, *cb) };
+        crate::log::set_rank(cfg.rank);
         let raw = RawParams {
             include: opt_str(cfg.provider_include),
             include_set: cfg.include_set,
@@ -214,18 +240,24 @@ pub unsafe extern "C" fn rustofi_init(
         for name in config::NUMERIC_PARAMS {
             if let Ok(text) = std::env::var(format!("OMPI_MCA_mtl_rustofi_{name}")) {
                 if let Err(e) = config::check_numeric(name, &text) {
-                    crate::log::error(&format!("{e}; the component is disabled"));
+                    crate::log::problem(Topic::BadValue, &e);
                     return 1;
                 }
             }
         }
+        if let Err(e) = config::validate_lists(&raw) {
+            crate::log::problem(Topic::ProviderLists, &e);
+            return 1;
+        }
         let settings = match config::validate(&raw) {
             Ok(s) => s,
             Err(e) => {
-                crate::log::error(&format!("{e}; the component is disabled"));
+                crate::log::problem(Topic::BadValue, &e);
                 return 1;
             }
         };
+        crate::trace::install(settings.verbose);
+        let _init = tracing::info_span!("init", rank = cfg.rank).entered();
         // rxm reads its buffer size when libfabric initialises, so this
         // must precede the first fi_getinfo; a user's own setting wins.
         // Larger buffers cost memory in every rxm pool (about 0.37 GB per
@@ -256,26 +288,32 @@ pub unsafe extern "C" fn rustofi_init(
             Ok(l) => l,
             Err(e) => {
                 if settings.explicit || settings.verbose > 0 {
-                    crate::log::error(&format!(
-                        "no libfabric provider offers reliable datagram endpoints ({e}); \
-                         the component is disabled"
-                    ));
+                    crate::log::problem(
+                        Topic::NoProvider,
+                        &format!("no libfabric provider offers reliable datagram endpoints ({e})"),
+                    );
                 }
                 return 1;
             }
         };
         let names: Vec<String> = list.iter().map(|i| i.provider()).collect();
+        if tracing::enabled!(tracing::Level::INFO) {
+            let mut distinct = names.clone();
+            distinct.dedup();
+            tracing::info!(candidates = ?distinct, "libfabric providers offered");
+        }
         let index = match config::select_provider(&names, &settings) {
             Ok(i) => i,
             Err(e) => {
                 // Only a user's explicit choice warrants a message; a default
                 // run on a machine without a fabric declines quietly.
                 if settings.explicit || !settings.include.is_empty() || settings.verbose > 0 {
-                    crate::log::error(&format!("{e}; the component is disabled"));
+                    crate::log::problem(Topic::UnknownProvider, &e);
                 }
                 return 1;
             }
         };
+        tracing::info!(provider = %names[index], "provider selected");
         let verbose = settings.verbose;
         let pick = match crate::topo::pick_nic(&list, &names[index], &settings.nic) {
             Ok(p) => p,
@@ -295,7 +333,7 @@ pub unsafe extern "C" fn rustofi_init(
                     names[index]
                 );
                 if shm_mode == config::ShmMode::On {
-                    crate::log::error(&format!("{msg}; the component is disabled"));
+                    crate::log::problem(Topic::NoShm, &msg);
                     return 1;
                 }
                 if verbose > 0 {
@@ -310,10 +348,10 @@ pub unsafe extern "C" fn rustofi_init(
         let engine = match Engine::open(list, index, shm, shm_required, settings, cfg.my_name) {
             Ok(e) => e,
             Err(e) => {
-                crate::log::error(&format!(
-                    "cannot open provider {}: {}; the component is disabled",
-                    names[index], e.0
-                ));
+                crate::log::problem(
+                    Topic::OpenFailed,
+                    &format!("cannot open provider {}: {}", names[index], e.0),
+                );
                 return 1;
             }
         };
@@ -338,6 +376,7 @@ pub unsafe extern "C" fn rustofi_init(
                 engine.caps
             ));
         }
+        crate::pvars::publish(engine.stats().clone());
         let comp = Box::new(Component {
             engine,
             cb,
@@ -684,6 +723,71 @@ pub extern "C" fn rustofi_finalize() -> c_int {
         // SAFETY: the pointer was a leaked Box and is no longer reachable.
         drop(unsafe { Box::from_raw(p) });
         0
+    })
+}
+
+/// Routes the library's messages through the shim: called when the
+/// component registers, before anything can print.
+///
+/// # Safety
+/// `hooks` must point to a valid structure (it is copied).
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_set_log_hooks(hooks: *const RustofiLogHooks) -> c_int {
+    guard("rustofi_set_log_hooks", || {
+        // SAFETY: the contract says `hooks` points to a valid structure;
+        // it is copied.
+        crate::log::set_hooks(unsafe { *hooks });
+        0
+    })
+}
+
+/// Number of MPI_T performance variables (see `pvars`).
+#[no_mangle]
+pub extern "C" fn rustofi_pvar_count() -> usize {
+    crate::pvars::PVARS.len()
+}
+
+/// Name (after `mtl_rustofi_`), description and class of performance
+/// variable `index`; the strings are static. -1 if `index` is out of range.
+///
+/// # Safety
+/// `name`, `desc` and `class` must be valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_pvar_info(
+    index: usize,
+    name: *mut *const c_char,
+    desc: *mut *const c_char,
+    class: *mut RustofiPvarClass,
+) -> c_int {
+    guard("rustofi_pvar_info", || {
+        let Some(p) = crate::pvars::PVARS.get(index) else {
+            return ERR;
+        };
+        // SAFETY: the contract says the three pointers are valid for
+        // writes; the strings written are 'static.
+        unsafe {
+            *name = p.name.as_ptr();
+            *desc = p.desc.as_ptr();
+            *class = p.class;
+        }
+        0
+    })
+}
+
+/// Current value of performance variable `index` (0 before the engine is
+/// open; after finalize, the final value). -1 if `index` is out of range.
+///
+/// # Safety
+/// `value` must be valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_pvar_read(index: usize, value: *mut u64) -> c_int {
+    guard("rustofi_pvar_read", || match crate::pvars::read(index) {
+        Some(v) => {
+            // SAFETY: the contract says `value` is valid for writes.
+            unsafe { *value = v };
+            0
+        }
+        None => ERR,
     })
 }
 

@@ -104,6 +104,40 @@ pub(crate) struct Stats {
     pub(crate) shm_peers: AtomicU64,
     /// Eager messages that shared a packet with an earlier one.
     pub(crate) coalesced: AtomicU64,
+    /// Messages in the unexpected queue, and their payload bytes (a
+    /// rendezvous counts its whole announced length).
+    pub(crate) unexpected_now: Level,
+    pub(crate) unexpected_bytes_now: Level,
+    /// Receives in the posted queue.
+    pub(crate) posted_now: Level,
+}
+
+/// A level and its high-water mark. Only the progress-token holder changes
+/// it (the core runs under the token), so plain loads and stores suffice:
+/// no locked instruction on the matching path. Readers on other threads
+/// (MPI_T) see a recent value.
+#[derive(Default)]
+pub(crate) struct Level {
+    pub(crate) now: AtomicU64,
+    pub(crate) peak: AtomicU64,
+}
+
+impl Level {
+    #[inline]
+    pub(crate) fn up(&self, n: u64) {
+        let now = self.now.load(Relaxed) + n;
+        self.now.store(now, Relaxed);
+        if now > self.peak.load(Relaxed) {
+            self.peak.store(now, Relaxed);
+        }
+    }
+
+    #[inline]
+    pub(crate) fn down(&self, n: u64) {
+        let now = self.now.load(Relaxed);
+        debug_assert!(now >= n, "level below zero");
+        self.now.store(now.saturating_sub(n), Relaxed);
+    }
 }
 
 impl Stats {

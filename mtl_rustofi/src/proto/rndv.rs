@@ -97,6 +97,13 @@ impl Core {
         Stats::add(&self.stats.sent_bytes, len as u64);
         Stats::add(&self.stats.rndv, 1);
         let cookie = self.new_cookie();
+        tracing::debug!(
+            peer = s.peer.0,
+            len,
+            read,
+            cookie = cookie.0,
+            "rendezvous: RTS"
+        );
         let mut hdr = self.matchable_header(s.peer, Kind::Rts, s.ctx, s.src, s.tag, len);
         hdr.cookie = cookie.0;
         if !read {
@@ -257,6 +264,13 @@ impl Core {
         }
         let want = hdr.len.min(p.buf.len() as u64) as usize;
         let read = !has(hdr, wire::FLAG_RNDV_SEND);
+        tracing::debug!(
+            peer = peer.0,
+            len = hdr.len,
+            want,
+            read,
+            "rendezvous: matched RTS"
+        );
         let mut key = hdr.ext1;
         if read && self.fault == Fault::RmaKey {
             self.fault = Fault::None;

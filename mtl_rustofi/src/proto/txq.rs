@@ -452,6 +452,11 @@ impl Core {
             // A packet about to be resent is not counted as an error yet:
             // only one that fails for good is.
             if !self.peers[peer.index()].lost {
+                tracing::debug!(
+                    peer = peer.0,
+                    attempts_left = left + 1,
+                    "resending a packet"
+                );
                 self.error(&format!(
                     "packet send failed: {why}; resending ({} attempts left)",
                     left + 1
@@ -559,6 +564,11 @@ impl Core {
     /// Puts an operation at the end of its rail's queue (handed over again
     /// by `run_retries`).
     fn requeue(&mut self, rail: RailId, id: OpId) {
+        tracing::trace!(
+            rail = rail.0,
+            op = id.0,
+            "operation queued (credits or provider busy)"
+        );
         self.rails[rail.index()].retry.push_back(id);
         self.queued = true;
     }

@@ -307,6 +307,26 @@ impl World {
                     g.region, g.access
                 ));
             }
+            // The MPI_T levels follow the queues they describe.
+            let st = &node.stats;
+            let levels = [
+                ("posted_now", Stats::get(&st.posted_now.now), l.posted),
+                (
+                    "unexpected_now",
+                    Stats::get(&st.unexpected_now.now),
+                    l.unexpected,
+                ),
+            ];
+            for (what, level, queue) in levels {
+                if level != queue as u64 {
+                    self.fail(&format!("node {n}: {what} = {level}, queue holds {queue}"));
+                }
+            }
+            if l.unexpected == 0 && Stats::get(&st.unexpected_bytes_now.now) != 0 {
+                self.fail(&format!(
+                    "node {n}: unexpected bytes left with an empty queue"
+                ));
+            }
             let errors = Stats::get(&node.stats.errors);
             if !self.faults.any_error() && !self.plan.allow_unmatched && errors != 0 {
                 self.fail(&format!(
@@ -338,6 +358,8 @@ pub(crate) struct Coverage {
     pub(crate) cancelled_at_end: u64,
     pub(crate) coalesced: u64,
     pub(crate) unexpected: u64,
+    /// Sum of the unexpected-queue high-water marks (MPI_T).
+    pub(crate) unexpected_peak: u64,
     pub(crate) errors: u64,
     pub(crate) deaths: u64,
     pub(crate) deaths_mid_rndv: u64,
@@ -391,6 +413,7 @@ impl Coverage {
         for n in &w.nodes {
             self.coalesced += Stats::get(&n.stats.coalesced);
             self.unexpected += Stats::get(&n.stats.unexpected);
+            self.unexpected_peak += Stats::get(&n.stats.unexpected_now.peak);
             self.errors += Stats::get(&n.stats.errors);
         }
     }

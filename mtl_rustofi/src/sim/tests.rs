@@ -56,6 +56,7 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
     want("cancels that won", c.cancel_won);
     want("cancels that lost", c.cancel_lost);
     want("unexpected messages", c.unexpected);
+    want("unexpected-queue high-water marks", c.unexpected_peak);
     want("coalesced sends", c.coalesced);
     if can_rndv {
         want("rendezvous", c.rndv);
