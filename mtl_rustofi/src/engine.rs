@@ -16,6 +16,7 @@ use crate::inbox::Batch;
 use crate::matching::Selector;
 use crate::proto::ids::{PeerId, RailId};
 use crate::proto::SendArgs;
+use crate::memrelease::ReleaseRing;
 use crate::proto::{Core, CoreConfig, Out, Stats};
 pub(crate) use crate::proto::{Event as Completion, ProbeInfo, Status};
 pub(crate) use crate::request::MessageHandle;
@@ -121,6 +122,13 @@ impl Engine {
     /// What this rank publishes through the modex.
     pub(crate) fn local_name(&self) -> Result<Vec<u8>, EngineError> {
         Ok(self.modex.clone())
+    }
+
+    /// Turns the registration cache on (only when memory returned to the
+    /// system is pushed on `ring`).
+    pub(crate) fn enable_mr_cache(&mut self, limit: usize, ring: Arc<ReleaseRing>) {
+        self.handoff
+            .with_state_mut(|st| st.core.enable_mr_cache(limit, ring));
     }
 
     pub(crate) fn rndv_uses_read(&self) -> bool {
@@ -338,6 +346,13 @@ impl Engine {
                 return false;
             };
             if !busy {
+                // Cached registrations go before the rails close.
+                let _ = self.handoff.with_token(|st, _| {
+                    st.core.release_mr_cache(&mut st.out);
+                    if !st.out.actions.is_empty() {
+                        st.driver.execute(&mut st.core, &mut st.out);
+                    }
+                });
                 return true;
             }
             if start.elapsed() > timeout {
@@ -357,7 +372,7 @@ impl Engine {
         format!(
             "rustofi: rank={rank} provider={} shm={} net_peers={} shm_peers={} sent_msgs={} \
              sent_bytes={} recv_msgs={} recv_bytes={} eager={} rndv={} unexpected={} errors={} \
-             coalesced={}",
+             coalesced={} mr_reg={} mr_hits={}",
             self.provider,
             self.shm_provider().unwrap_or("off"),
             g(&s.net_peers),
@@ -371,6 +386,8 @@ impl Engine {
             g(&s.unexpected),
             g(&s.errors),
             g(&s.coalesced),
+            g(&s.mr_reg),
+            g(&s.mr_hits),
         )
     }
 }

@@ -29,6 +29,7 @@ mod handoff;
 mod inbox;
 mod log;
 pub mod matching;
+mod memrelease;
 mod order;
 mod proto;
 mod request;
