@@ -25,6 +25,7 @@
 #include "ompi/mca/pml/pml.h"
 #include "ompi/proc/proc.h"
 #include "opal/mca/base/mca_base_var.h"
+#include "opal/mca/memory/base/base.h"
 #include "opal/memoryhooks/memory.h"
 #include "opal/runtime/opal_progress.h"
 #include "opal/util/output.h"
@@ -490,13 +491,20 @@ static void excid_stop(void);
 
 /* Registration cache: Open MPI's memory hooks (same interface in 4.1 and
  * 5.0) report memory going back to the system. The callback runs inside
- * munmap/free in any thread; the Rust side only pushes on a lock-free ring. */
+ * munmap/free in any thread; the Rust side only pushes on a lock-free ring.
+ * Open MPI installs the hooks (the memory framework's patcher) only for a
+ * component that opens the framework, as mtl/ofi and the UCX components do. */
 static bool mem_hooks_registered = false;
+static bool mem_framework_open = false;
 
 static bool mem_hooks_usable(void)
 {
     int need = OPAL_MEMORY_FREE_SUPPORT | OPAL_MEMORY_MUNMAP_SUPPORT;
-    return (opal_mem_hooks_support_level() & need) == need;
+    if (!mem_framework_open
+        && OPAL_SUCCESS == mca_base_framework_open(&opal_memory_base_framework, 0)) {
+        mem_framework_open = true;
+    }
+    return mem_framework_open && (opal_mem_hooks_support_level() & need) == need;
 }
 
 static void mem_release_cb(void *buf, size_t length, void *cbdata, bool from_alloc)
@@ -522,6 +530,10 @@ static void mem_hooks_stop(void)
     if (mem_hooks_registered) {
         opal_mem_hooks_unregister_release(mem_release_cb);
         mem_hooks_registered = false;
+    }
+    if (mem_framework_open) {
+        mca_base_framework_close(&opal_memory_base_framework);
+        mem_framework_open = false;
     }
 }
 
