@@ -202,6 +202,10 @@ mod tests {
         }
         consume(&mut seen, &mut overflowed);
         assert!(seen <= 3 * per);
-        assert!(overflowed || seen == 3 * per, "lost {} ranges without overflow", 3 * per - seen);
+        assert!(
+            overflowed || seen == 3 * per,
+            "lost {} ranges without overflow",
+            3 * per - seen
+        );
     }
 }

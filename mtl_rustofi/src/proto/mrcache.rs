@@ -216,13 +216,24 @@ mod tests {
     fn a_covering_registration_is_served() {
         let mut c = MrCache::new(4);
         cached(&mut c, 1, reg(0x10000, 0x8000));
-        let h = c.lookup(R0, Access::RemoteRead, reg(0x11000, 0x1000)).unwrap();
-        assert_eq!((h.mr, h.key, h.region), (MrId(1), 101, reg(0x10000, 0x8000)));
+        let h = c
+            .lookup(R0, Access::RemoteRead, reg(0x11000, 0x1000))
+            .unwrap();
+        assert_eq!(
+            (h.mr, h.key, h.region),
+            (MrId(1), 101, reg(0x10000, 0x8000))
+        );
         // Not for another access, another rail, or a range it does not cover.
         assert!(c.lookup(R0, Access::Read, reg(0x11000, 0x1000)).is_none());
-        assert!(c.lookup(RailId(1), Access::RemoteRead, reg(0x11000, 0x10)).is_none());
-        assert!(c.lookup(R0, Access::RemoteRead, reg(0x17000, 0x1001)).is_none());
-        assert!(c.lookup(R0, Access::RemoteRead, reg(usize::MAX - 1, 2)).is_none());
+        assert!(c
+            .lookup(RailId(1), Access::RemoteRead, reg(0x11000, 0x10))
+            .is_none());
+        assert!(c
+            .lookup(R0, Access::RemoteRead, reg(0x17000, 0x1001))
+            .is_none());
+        assert!(c
+            .lookup(R0, Access::RemoteRead, reg(usize::MAX - 1, 2))
+            .is_none());
     }
 
     #[test]
@@ -231,7 +242,10 @@ mod tests {
         c.insert(MrId(1), R0, Access::Send, reg(0x1000, 0x1000));
         assert!(c.lookup(R0, Access::Send, reg(0x1000, 0x1000)).is_none());
         c.registered(MrId(1), Ok(5));
-        assert_eq!(c.lookup(R0, Access::Send, reg(0x1000, 0x10)).unwrap().key, 5);
+        assert_eq!(
+            c.lookup(R0, Access::Send, reg(0x1000, 0x10)).unwrap().key,
+            5
+        );
     }
 
     #[test]
@@ -252,7 +266,9 @@ mod tests {
         cached(&mut c, 1, reg(0x10000, 0x1000));
         cached(&mut c, 2, reg(0x20000, 0x1000));
         // Use 1 again, so 2 is the least recent.
-        let h = c.lookup(R0, Access::RemoteRead, reg(0x10000, 0x1000)).unwrap();
+        let h = c
+            .lookup(R0, Access::RemoteRead, reg(0x10000, 0x1000))
+            .unwrap();
         let mut d = Vec::new();
         c.release(h.mr, &mut d);
         assert!(d.is_empty());
@@ -270,7 +286,12 @@ mod tests {
     fn entries_in_use_are_never_evicted() {
         let mut c = MrCache::new(0);
         for i in 0..3 {
-            c.insert(MrId(i), R0, Access::Recv, reg(0x10000 * (i as usize + 1), 0x100));
+            c.insert(
+                MrId(i),
+                R0,
+                Access::Recv,
+                reg(0x10000 * (i as usize + 1), 0x100),
+            );
             c.registered(MrId(i), Ok(i as u64));
         }
         let mut d = Vec::new();
@@ -292,7 +313,9 @@ mod tests {
         c.invalidate(0x20ff0, 1, &mut d);
         assert_eq!(d, vec![MrId(1)]);
         // 2 is in use: not served any more, released when its transfer ends.
-        assert!(c.lookup(R0, Access::RemoteRead, reg(0x20010, 0x10)).is_none());
+        assert!(c
+            .lookup(R0, Access::RemoteRead, reg(0x20010, 0x10))
+            .is_none());
         d.clear();
         c.release(MrId(2), &mut d);
         assert_eq!(d, vec![MrId(2)]);

@@ -28,7 +28,11 @@ impl Cached {
     /// Applies the memory-release notices queued so far.
     fn drain(&mut self) {
         let (cache, drop) = (&mut self.cache, &mut self.drop);
-        if self.ring.drain(|addr, len| cache.invalidate(addr, len, drop)) == Drained::Overflow {
+        if self
+            .ring
+            .drain(|addr, len| cache.invalidate(addr, len, drop))
+            == Drained::Overflow
+        {
             cache.invalidate_all(drop);
         }
     }

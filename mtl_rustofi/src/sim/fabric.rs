@@ -325,6 +325,10 @@ pub(crate) struct World {
     pub(crate) mrng: Rng,
     /// Memory releases reported to nodes.
     pub(crate) releases: usize,
+    /// How sends reuse buffers and memory is released.
+    pub(crate) mem: super::memreuse::MemPlan,
+    /// Registrations each node's cache held when the run went quiet.
+    pub(crate) cached_at_end: Vec<usize>,
 }
 
 /// FNV-1a, to notice memory that changed under a posted operation.
@@ -452,6 +456,8 @@ impl World {
             dups: 0,
             mrng,
             releases: 0,
+            mem: Default::default(),
+            cached_at_end: Vec::new(),
         }
     }
 

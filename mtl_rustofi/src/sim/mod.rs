@@ -24,6 +24,7 @@ mod defects;
 mod driver;
 mod fabric;
 mod memreuse;
+mod mrcases;
 mod profiles;
 mod rng;
 mod run;

@@ -411,7 +411,7 @@ impl World {
 
     fn new_req(&mut self, n: usize, kind: ReqKind, data: Vec<u8>) -> usize {
         let (buf, root) = match kind {
-            ReqKind::Send { .. } => self.send_buf(n, data),
+            ReqKind::Send { msg } => self.send_buf(n, msg, data),
             ReqKind::Recv { .. } => (Buf::new(data), None),
         };
         let len = self.nodes[n].user_mem.entry(buf.addr()).or_insert(0);
