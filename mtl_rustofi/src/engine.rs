@@ -346,23 +346,29 @@ impl Engine {
                 return false;
             };
             if !busy {
-                // Cached registrations go before the rails close.
-                let _ = self.handoff.with_token(|st, _| {
-                    st.core.release_mr_cache(&mut st.out);
-                    if !st.out.actions.is_empty() {
-                        st.driver.execute(&mut st.core, &mut st.out);
-                    }
-                });
+                self.release_mr_cache();
                 return true;
             }
             if start.elapsed() > timeout {
                 if let Ok(left) = self.handoff.with_token(|st, _| st.core.leftovers()) {
                     crate::log::error(&format!("transfers still pending: {left:?}"));
                 }
+                self.release_mr_cache();
                 return false;
             }
             std::thread::yield_now();
         }
+    }
+
+    /// Releases the cached registrations not in use, before the rails
+    /// close (those of transfers still pending go when the driver closes).
+    fn release_mr_cache(&self) {
+        let _ = self.handoff.with_token(|st, _| {
+            st.core.release_mr_cache(&mut st.out);
+            if !st.out.actions.is_empty() {
+                st.driver.execute(&mut st.core, &mut st.out);
+            }
+        });
     }
 
     /// One line of counters.
