@@ -26,6 +26,8 @@
 #include "ompi/mca/pml/pml.h"
 #include "ompi/proc/proc.h"
 #include "opal/mca/base/mca_base_var.h"
+#include "opal/mca/memory/base/base.h"
+#include "opal/memoryhooks/memory.h"
 #include "opal/runtime/opal_progress.h"
 #include "opal/util/output.h"
 
@@ -121,6 +123,8 @@ ASSERT_FIELD(RustofiConfig, named, RUSTOFI_LAYOUT_CONFIG_NAMED);
 ASSERT_FIELD(RustofiConfig, my_name, RUSTOFI_LAYOUT_CONFIG_MY_NAME);
 ASSERT_FIELD(RustofiConfig, rank, RUSTOFI_LAYOUT_CONFIG_RANK);
 ASSERT_FIELD(RustofiConfig, nic, RUSTOFI_LAYOUT_CONFIG_NIC);
+ASSERT_FIELD(RustofiConfig, mr_cache_size, RUSTOFI_LAYOUT_CONFIG_MR_CACHE_SIZE);
+ASSERT_FIELD(RustofiConfig, mem_hooks, RUSTOFI_LAYOUT_CONFIG_MEM_HOOKS);
 _Static_assert(sizeof(RustofiConfig) == RUSTOFI_LAYOUT_CONFIG_SIZE,
                "size of RustofiConfig differs from ffi.rs");
 
@@ -134,6 +138,7 @@ static char *param_nic = NULL;
 static int param_eager_limit = -1;
 static int param_verbose = 0;
 static int param_coalesce = 1;
+static int param_mr_cache_size = 64;
 static long param_rndv_chunk = 64L * 1024 * 1024;
 static int param_rx_buffers = 256;
 static int idx_include = -1;
@@ -267,6 +272,11 @@ static int rustofi_component_register(void)
             "it is still in flight, share one packet (sent at the next call into the MTL that "
             "is not such a send, or when full); 0: every message is its own packet",
             OPAL_INFO_LVL_4, &param_coalesce);
+    reg_int("mr_cache_size",
+            "Registration cache: most registrations of rendezvous user buffers kept unused for "
+            "reuse, least recently used evicted first (0..65536; 0: register every transfer). "
+            "Active only where Open MPI's memory hooks report munmap and free",
+            OPAL_INFO_LVL_4, &param_mr_cache_size);
     reg_int("rx_buffers", "Receive bounce buffers kept posted (8..65536)", OPAL_INFO_LVL_5,
             &param_rx_buffers);
     /* enumerated parameters (rndv_protocol, shm, fault_inject) and the
@@ -473,6 +483,54 @@ static int excid_start(void);
 static void excid_stop(void);
 #endif
 
+/* Registration cache: Open MPI's memory hooks (same interface in 4.1 and
+ * 5.0) report memory going back to the system. The callback runs inside
+ * munmap/free in any thread; the Rust side only pushes on a lock-free ring.
+ * Open MPI installs the hooks (the memory framework's patcher) only for a
+ * component that opens the framework, as mtl/ofi and the UCX components do. */
+static bool mem_hooks_registered = false;
+static bool mem_framework_open = false;
+
+static bool mem_hooks_usable(void)
+{
+    int need = OPAL_MEMORY_FREE_SUPPORT | OPAL_MEMORY_MUNMAP_SUPPORT;
+    if (!mem_framework_open
+        && OPAL_SUCCESS == mca_base_framework_open(&opal_memory_base_framework, 0)) {
+        mem_framework_open = true;
+    }
+    return mem_framework_open && (opal_mem_hooks_support_level() & need) == need;
+}
+
+static void mem_release_cb(void *buf, size_t length, void *cbdata, bool from_alloc)
+{
+    (void) cbdata;
+    (void) from_alloc;
+    rustofi_mem_release(buf, length);
+}
+
+/* Registered before rustofi_init, so that no range released after the
+ * cache starts can be missed (earlier ones find no cache and are ignored). */
+static bool mem_hooks_start(void)
+{
+    if (param_mr_cache_size > 0 && mem_hooks_usable()
+        && OPAL_SUCCESS == opal_mem_hooks_register_release(mem_release_cb, NULL)) {
+        mem_hooks_registered = true;
+    }
+    return mem_hooks_registered;
+}
+
+static void mem_hooks_stop(void)
+{
+    if (mem_hooks_registered) {
+        opal_mem_hooks_unregister_release(mem_release_cb);
+        mem_hooks_registered = false;
+    }
+    if (mem_framework_open) {
+        mca_base_framework_close(&opal_memory_base_framework);
+        mem_framework_open = false;
+    }
+}
+
 static mca_mtl_base_module_t *rustofi_init_module(void)
 {
     RustofiConfig cfg = {
@@ -492,6 +550,8 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
         .my_name = proc_name64(OMPI_PROC_MY_NAME),
         .rank = (int64_t) OMPI_PROC_MY_NAME->vpid,
         .nic = param_nic,
+        .mr_cache_size = param_mr_cache_size,
+        .mem_hooks = mem_hooks_start(),
     };
     RustofiCallbacks cb = {
         .recv_complete = cb_recv_complete,
@@ -500,9 +560,11 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
     };
     if (sizeof(mca_mtl_request_t) + rustofi_request_extra() > sizeof(((rustofi_blocking_t *) 0)->u)) {
         opal_output(0, "mtl_rustofi: request layout larger than the blocking-send buffer");
+        mem_hooks_stop();
         return NULL;
     }
     if (0 != rustofi_init(&cfg, &cb)) {
+        mem_hooks_stop();
         return NULL;
     }
 
@@ -510,18 +572,21 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
     size_t len = sizeof(name);
     int ret;
     if (0 != rustofi_endpoint_name(name, &len)) {
+        mem_hooks_stop();
         rustofi_finalize();
         return NULL;
     }
     OPAL_MODEX_SEND(ret, RUSTOFI_MODEX_SCOPE, &mca_mtl_rustofi_component.mtl_version, name, len);
     if (OMPI_SUCCESS != ret) {
         opal_output(0, "mtl_rustofi: could not publish the endpoint name (modex): %d", ret);
+        mem_hooks_stop();
         rustofi_finalize();
         return NULL;
     }
     rustofi_module.mtl_request_size = rustofi_request_extra();
 #if OMPI_MAJOR_VERSION >= 5
     if (OMPI_SUCCESS != excid_start()) {
+        mem_hooks_stop();
         rustofi_finalize();
         return NULL;
     }
@@ -560,6 +625,7 @@ static int rustofi_mtl_finalize(struct mca_mtl_base_module_t *mtl)
     excid_stop();
 #endif
     opal_progress_unregister(rustofi_progress_cb);
+    mem_hooks_stop();
     return 0 == rustofi_finalize() ? OMPI_SUCCESS : OMPI_ERROR;
 }
 

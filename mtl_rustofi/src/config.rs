@@ -54,6 +54,8 @@ pub(crate) struct Settings {
     /// Coalesce back-to-back small eager sends to a peer into one packet
     /// while an earlier packet to it is in flight.
     pub coalesce: bool,
+    /// Most unused registrations of user buffers kept for reuse (0: none).
+    pub mr_cache: usize,
     /// The user named this component (`--mca mtl rustofi`) or set its
     /// provider list: software providers may then be used.
     pub explicit: bool,
@@ -80,10 +82,13 @@ pub(crate) struct RawParams<'a> {
     pub fault_inject: Option<&'a str>,
     pub shm: Option<&'a str>,
     pub coalesce: i64,
+    pub mr_cache_size: i64,
     pub named: bool,
 }
 
 pub(crate) const MAX_EAGER: i64 = 1 << 20;
+/// Most cached registrations `mtl_rustofi_mr_cache_size` may ask for.
+pub(crate) const MAX_MR_CACHE: i64 = 65536;
 /// `mtl_rustofi_eager_limit = -1`: pick the limit per provider.
 pub(crate) const EAGER_AUTO: i64 = -1;
 
@@ -219,6 +224,12 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
             p.coalesce
         ));
     }
+    if !(0..=MAX_MR_CACHE).contains(&p.mr_cache_size) {
+        return Err(format!(
+            "mtl_rustofi_mr_cache_size = {} is invalid: use 0 (no cache) to {MAX_MR_CACHE}",
+            p.mr_cache_size
+        ));
+    }
     Ok(Settings {
         include,
         exclude,
@@ -231,6 +242,7 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         fault,
         shm,
         coalesce: p.coalesce == 1,
+        mr_cache: p.mr_cache_size as usize,
         explicit: p.named || p.include_set,
     })
 }
@@ -273,6 +285,7 @@ pub(crate) const NUMERIC_PARAMS: &[&str] = &[
     "rndv_chunk_size",
     "rx_buffers",
     "coalesce",
+    "mr_cache_size",
 ];
 
 /// Open MPI parses integers leniently ("abc" reads as 0, "12x" as 12). This
@@ -393,6 +406,7 @@ mod tests {
         RawParams {
             eager_limit: EAGER_AUTO,
             coalesce: 1,
+            mr_cache_size: 64,
             chunk: 1 << 26,
             rx_buffers: 256,
             ..Default::default()

@@ -14,6 +14,7 @@ use crate::fabric::{FiError, InfoList};
 use crate::handoff::{Handoff, Poisoned};
 use crate::inbox::Batch;
 use crate::matching::Selector;
+use crate::memrelease::ReleaseRing;
 use crate::proto::ids::{PeerId, RailId};
 use crate::proto::SendArgs;
 use crate::proto::{Core, CoreConfig, Out, Stats};
@@ -129,6 +130,13 @@ impl Engine {
     /// What this rank publishes through the modex.
     pub(crate) fn local_name(&self) -> Result<Vec<u8>, EngineError> {
         Ok(self.modex.clone())
+    }
+
+    /// Turns the registration cache on (only when memory returned to the
+    /// system is pushed on `ring`).
+    pub(crate) fn enable_mr_cache(&mut self, limit: usize, ring: Arc<ReleaseRing>) {
+        self.handoff
+            .with_state_mut(|st| st.core.enable_mr_cache(limit, ring));
     }
 
     pub(crate) fn rndv_uses_read(&self) -> bool {
@@ -346,12 +354,14 @@ impl Engine {
                 return false;
             };
             if !busy {
+                self.release_mr_cache();
                 return true;
             }
             if start.elapsed() > timeout {
                 if let Ok(left) = self.handoff.with_token(|st, _| st.core.leftovers()) {
                     crate::log::error(&format!("transfers still pending: {left:?}"));
                 }
+                self.release_mr_cache();
                 return false;
             }
             std::thread::yield_now();
@@ -363,6 +373,17 @@ impl Engine {
         &self.stats
     }
 
+    /// Releases the cached registrations not in use, before the rails
+    /// close (those of transfers still pending go when the driver closes).
+    fn release_mr_cache(&self) {
+        let _ = self.handoff.with_token(|st, _| {
+            st.core.release_mr_cache(&mut st.out);
+            if !st.out.actions.is_empty() {
+                st.driver.execute(&mut st.core, &mut st.out);
+            }
+        });
+    }
+
     /// One line of counters.
     pub(crate) fn stats_line(&self, rank: i64) -> String {
         let s = &self.stats;
@@ -370,7 +391,7 @@ impl Engine {
         format!(
             "rustofi: rank={rank} provider={} nic={} shm={} net_peers={} shm_peers={} sent_msgs={} \
              sent_bytes={} recv_msgs={} recv_bytes={} eager={} rndv={} unexpected={} errors={} \
-             coalesced={}",
+             coalesced={} mr_reg={} mr_hits={}",
             self.provider,
             self.nic,
             self.shm_provider().unwrap_or("off"),
@@ -385,6 +406,8 @@ impl Engine {
             g(&s.unexpected),
             g(&s.errors),
             g(&s.coalesced),
+            g(&s.mr_reg),
+            g(&s.mr_hits),
         )
     }
 }

@@ -10,6 +10,7 @@ use crate::engine::{Completion, Engine, MessageHandle, ProbeInfo, Status};
 use crate::fabric::{Hints, InfoList};
 use crate::log::Topic;
 use crate::matching::Selector;
+use crate::memrelease::ReleaseRing;
 use crate::request::{MtlRequest, ReqPtr, Request, RustofiReqHead, REQUEST_EXTRA};
 use std::cell::RefCell;
 use std::ffi::{CStr, CString};
@@ -44,6 +45,11 @@ pub struct RustofiConfig {
     pub rank: i64,
     /// NICs (domains) of the provider to use: comma list, NULL for any.
     pub nic: *const c_char,
+    /// Most unused registrations of user buffers to cache (0: none).
+    pub mr_cache_size: i64,
+    /// Open MPI's memory hooks report munmap and free: the shim passes
+    /// every released range to [`rustofi_mem_release`].
+    pub mem_hooks: bool,
 }
 
 /// Completion entry points of the shim.
@@ -235,6 +241,7 @@ pub unsafe extern "C" fn rustofi_init(
             fault_inject: opt_str(cfg.fault_inject),
             shm: opt_str(cfg.shm),
             coalesce: cfg.coalesce,
+            mr_cache_size: cfg.mr_cache_size,
             named: cfg.named,
         };
         for name in config::NUMERIC_PARAMS {
@@ -345,7 +352,7 @@ pub unsafe extern "C" fn rustofi_init(
             None
         };
         let shm_required = shm_mode == config::ShmMode::On;
-        let engine = match Engine::open(list, index, shm, shm_required, settings, cfg.my_name) {
+        let mut engine = match Engine::open(list, index, shm, shm_required, settings, cfg.my_name) {
             Ok(e) => e,
             Err(e) => {
                 crate::log::problem(
@@ -375,6 +382,22 @@ pub unsafe extern "C" fn rustofi_init(
                 },
                 engine.caps
             ));
+        }
+        let cache = engine.settings.mr_cache;
+        if cache > 0 && cfg.mem_hooks {
+            engine.enable_mr_cache(cache, RELEASES.get_or_init(Default::default).clone());
+        }
+        if verbose > 1 {
+            crate::log::info(&if cache == 0 {
+                "rustofi: registration cache off (mtl_rustofi_mr_cache_size 0)".to_string()
+            } else if cfg.mem_hooks {
+                format!("rustofi: registration cache on, {cache} unused registrations kept")
+            } else {
+                "rustofi: registration cache off: Open MPI's memory hooks do not report \
+                 munmap and free here, so a freed buffer could not be told apart; every \
+                 rendezvous registers its buffer"
+                    .to_string()
+            });
         }
         crate::pvars::publish(engine.stats().clone());
         let comp = Box::new(Component {
@@ -699,6 +722,25 @@ pub unsafe extern "C" fn rustofi_cancel(req: *mut RustofiReqHead) -> c_int {
     })
 }
 
+/// Memory-release notices for the registration cache (one per process,
+/// like the hooks that feed it).
+static RELEASES: std::sync::OnceLock<std::sync::Arc<ReleaseRing>> = std::sync::OnceLock::new();
+
+/// Open MPI's memory hooks report that `[addr, addr + len)` goes back to
+/// the system. Runs inside munmap/free in any thread, possibly while
+/// another thread is inside the engine: it only pushes on a lock-free ring
+/// (no allocation, no lock).
+#[no_mangle]
+pub extern "C" fn rustofi_mem_release(addr: *mut c_void, len: usize) {
+    // Nothing here can panic (the ring indexes modulo its size); the
+    // guard is there so that nothing ever unwinds into munmap.
+    let _ = catch_unwind(|| {
+        if let Some(r) = RELEASES.get() {
+            r.push(addr as usize, len);
+        }
+    });
+}
+
 /// Flushes outstanding sends, prints counters when `verbose >= 1`, and
 /// closes every libfabric resource.
 #[no_mangle]
@@ -850,7 +892,9 @@ pub const RUSTOFI_LAYOUT_CONFIG_NAMED: usize = 96;
 pub const RUSTOFI_LAYOUT_CONFIG_MY_NAME: usize = 104;
 pub const RUSTOFI_LAYOUT_CONFIG_RANK: usize = 112;
 pub const RUSTOFI_LAYOUT_CONFIG_NIC: usize = 120;
-pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 128;
+pub const RUSTOFI_LAYOUT_CONFIG_MR_CACHE_SIZE: usize = 128;
+pub const RUSTOFI_LAYOUT_CONFIG_MEM_HOOKS: usize = 136;
+pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 144;
 
 /// Asserts at compile time that `$ty` has size `$size` and each listed
 /// field has the given offset and size (every field must be listed: the
@@ -897,7 +941,7 @@ assert_layout!(RustofiCallbacks, size RUSTOFI_LAYOUT_CALLBACKS_SIZE, pad 0;
     send_complete: SendCb = RUSTOFI_LAYOUT_CALLBACKS_SEND_COMPLETE,
     cancel_complete: CancelCb = RUSTOFI_LAYOUT_CALLBACKS_CANCEL_COMPLETE,
 );
-assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 21;
+assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 28;
     provider_include: *const c_char = RUSTOFI_LAYOUT_CONFIG_PROVIDER_INCLUDE,
     include_set: bool = RUSTOFI_LAYOUT_CONFIG_INCLUDE_SET,
     provider_exclude: *const c_char = RUSTOFI_LAYOUT_CONFIG_PROVIDER_EXCLUDE,
@@ -914,4 +958,6 @@ assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 21;
     my_name: u64 = RUSTOFI_LAYOUT_CONFIG_MY_NAME,
     rank: i64 = RUSTOFI_LAYOUT_CONFIG_RANK,
     nic: *const c_char = RUSTOFI_LAYOUT_CONFIG_NIC,
+    mr_cache_size: i64 = RUSTOFI_LAYOUT_CONFIG_MR_CACHE_SIZE,
+    mem_hooks: bool = RUSTOFI_LAYOUT_CONFIG_MEM_HOOKS,
 );

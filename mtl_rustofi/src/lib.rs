@@ -37,6 +37,7 @@ mod handoff;
 mod inbox;
 mod log;
 pub mod matching;
+mod memrelease;
 mod nic;
 mod order;
 mod proto;

@@ -233,8 +233,14 @@ impl Core {
                     *u = MrUse::Failed;
                 }
             }
-            (MrUse::RndvSend(cookie), r) => self.rndv_send_registered(cookie, mr, r, out),
-            (MrUse::RndvRecv(id), r) => self.rndv_recv_registered(id, mr, r, out),
+            (MrUse::RndvSend(cookie), r) => {
+                self.user_registered(mr, r);
+                self.rndv_send_registered(cookie, mr, r, out)
+            }
+            (MrUse::RndvRecv(id), r) => {
+                self.user_registered(mr, r);
+                self.rndv_recv_registered(id, mr, r, out)
+            }
         }
     }
 

@@ -300,7 +300,7 @@ impl World {
             if let Some(g) = node
                 .mrs
                 .values()
-                .find(|g| g.access != Access::Send || node.is_user_mem(g.region))
+                .find(|g| g.access != Access::Send || g.released || node.is_user_mem(g.region))
             {
                 self.fail(&format!(
                     "node {n}: registration of {:?} ({:?}) left at quiesce",
@@ -366,6 +366,10 @@ pub(crate) struct Coverage {
     pub(crate) dups: u64,
     /// Tagged receives the core cancelled (an aborted send rendezvous).
     pub(crate) chunks_cancelled: u64,
+    /// Rendezvous served a cached registration.
+    pub(crate) mr_hits: u64,
+    /// Memory releases reported to a node.
+    pub(crate) releases: u64,
 }
 
 impl Coverage {
@@ -410,7 +414,9 @@ impl Coverage {
         self.deaths_mid_rndv += w.died_mid_rndv as u64;
         self.dups += w.dups as u64;
         self.chunks_cancelled += w.chunks_cancelled as u64;
+        self.releases += w.releases as u64;
         for n in &w.nodes {
+            self.mr_hits += Stats::get(&n.stats.mr_hits);
             self.coalesced += Stats::get(&n.stats.coalesced);
             self.unexpected += Stats::get(&n.stats.unexpected);
             self.unexpected_peak += Stats::get(&n.stats.unexpected_now.peak);

@@ -221,6 +221,11 @@ impl World {
                 "node {n}: {what} names {mr:?}, which is not registered"
             ));
         };
+        if reg.released {
+            self.fail(&format!(
+                "node {n}: {what} of {local:?} names {mr:?}, a registration of memory released since"
+            ));
+        }
         if reg.failed {
             return false;
         }
@@ -583,6 +588,7 @@ impl World {
                         access,
                         key,
                         failed: fail,
+                        released: false,
                     },
                 );
                 let res = if fail { Err(-12) } else { Ok(key) };
