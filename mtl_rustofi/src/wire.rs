@@ -22,6 +22,11 @@
 //! field holds the chunk size the receiver posted its tagged receives with. `Eager` is
 //! followed by exactly `len` payload bytes.
 //!
+//! A striped read RTS (`FLAG_STRIPE`) goes on with the sender's buffer on
+//! each of its stripe endpoints: a count `n` (8 bytes, 1..=`MAX_STRIPES`),
+//! then `n` pairs (remote address, RMA key) of 16 bytes, the `i`-th for
+//! stripe endpoint `i`; the packet is exactly `EXT_LEN + 8 + 16 n` bytes.
+//!
 //! One libfabric message may carry several eager messages back to back
 //! (the sender coalesces small sends to a peer while an earlier packet to
 //! it is still in flight): every header but the last has `FLAG_MORE` set,
@@ -29,7 +34,7 @@
 //! such a packet.
 
 pub(crate) const MAGIC: u8 = 0xA7;
-pub(crate) const VERSION: u8 = 2;
+pub(crate) const VERSION: u8 = 3;
 pub(crate) const BASE_LEN: usize = 48;
 pub(crate) const EXT_LEN: usize = 64;
 
@@ -43,6 +48,11 @@ pub(crate) const FLAG_MORE: u8 = 4;
 /// the receiver's CTS (the cookie is the sender's own); without it a FIN
 /// goes from receiver to sender.
 pub(crate) const FLAG_ABORT: u8 = 8;
+/// On a read RTS: the buffer is also readable through the sender's stripe
+/// endpoints ([`Stripes`] follow the extension).
+pub(crate) const FLAG_STRIPE: u8 = 16;
+/// Most stripe endpoints an RTS names.
+pub(crate) const MAX_STRIPES: usize = 7;
 /// Offset of the flags byte in a header.
 const FLAGS_AT: usize = 2;
 
@@ -95,6 +105,37 @@ pub(crate) struct Header {
     pub ext0: u64,
     /// RTS: RMA key; CTS: granted length.
     pub ext1: u64,
+    /// Striped RTS: the buffer on each stripe endpoint.
+    pub stripes: Stripes,
+}
+
+/// Where a striped rendezvous buffer is read through each stripe endpoint
+/// of its sender: (remote address, RMA key), indexed by stripe.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Stripes {
+    n: u8,
+    at: [(u64, u64); MAX_STRIPES],
+}
+
+impl Stripes {
+    /// Appends the next stripe's (address, key); false when full.
+    pub(crate) fn push(&mut self, addr: u64, key: u64) -> bool {
+        let Some(slot) = self.at.get_mut(self.n as usize) else {
+            return false;
+        };
+        *slot = (addr, key);
+        self.n += 1;
+        true
+    }
+
+    pub(crate) fn as_slice(&self) -> &[(u64, u64)] {
+        &self.at[..self.n as usize]
+    }
+
+    /// Bytes the stripe list adds to an RTS.
+    pub(crate) fn wire_len(&self) -> usize {
+        8 + 16 * self.n as usize
+    }
 }
 
 /// Why a packet was rejected.
@@ -105,6 +146,8 @@ pub(crate) enum DecodeError {
     BadVersion(u8),
     BadKind(u8),
     LengthMismatch { kind: Kind, got: usize, want: u64 },
+    /// A striped RTS names no stripe or more than `MAX_STRIPES`.
+    BadStripes(u64),
 }
 
 impl std::fmt::Display for DecodeError {
@@ -116,6 +159,9 @@ impl std::fmt::Display for DecodeError {
             DecodeError::BadKind(k) => write!(f, "unknown packet kind {k}"),
             DecodeError::LengthMismatch { kind, got, want } => {
                 write!(f, "{kind:?} packet of {got} bytes, header implies {want}")
+            }
+            DecodeError::BadStripes(n) => {
+                write!(f, "striped RTS names {n} stripes (1 to {MAX_STRIPES})")
             }
         }
     }
@@ -136,12 +182,14 @@ impl Header {
             cookie: 0,
             ext0: 0,
             ext1: 0,
+            stripes: Stripes::default(),
         }
     }
 
     /// Bytes this header occupies on the wire.
     pub(crate) fn wire_len(&self) -> usize {
         match self.kind {
+            Kind::Rts if self.flags & FLAG_STRIPE != 0 => EXT_LEN + self.stripes.wire_len(),
             Kind::Rts | Kind::Cts => EXT_LEN,
             _ => BASE_LEN,
         }
@@ -164,9 +212,18 @@ impl Header {
         b[24..32].copy_from_slice(&self.sender.to_le_bytes());
         b[32..40].copy_from_slice(&self.len.to_le_bytes());
         b[40..48].copy_from_slice(&self.cookie.to_le_bytes());
-        if n == EXT_LEN {
+        if n >= EXT_LEN {
             b[48..56].copy_from_slice(&self.ext0.to_le_bytes());
             b[56..64].copy_from_slice(&self.ext1.to_le_bytes());
+        }
+        if n > EXT_LEN {
+            let list = self.stripes.as_slice();
+            b[64..72].copy_from_slice(&(list.len() as u64).to_le_bytes());
+            for (i, (addr, key)) in list.iter().enumerate() {
+                let at = 72 + 16 * i;
+                b[at..at + 8].copy_from_slice(&addr.to_le_bytes());
+                b[at + 8..at + 16].copy_from_slice(&key.to_le_bytes());
+            }
         }
         n
     }
@@ -226,9 +283,22 @@ impl Header {
             cookie: u64_at(40),
             ext0: 0,
             ext1: 0,
+            stripes: Stripes::default(),
         };
+        let striped = kind == Kind::Rts && h.flags & FLAG_STRIPE != 0;
         let want = match kind {
             Kind::Eager => (BASE_LEN as u64).checked_add(h.len),
+            Kind::Rts if striped => {
+                // The count is read only once the packet is known to hold it.
+                let n = pkt.get(64..72).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+                match n {
+                    Some(n) if (1..=MAX_STRIPES as u64).contains(&n) => {
+                        Some(EXT_LEN as u64 + 8 + 16 * n)
+                    }
+                    Some(n) => return Err(DecodeError::BadStripes(n)),
+                    None => Some(EXT_LEN as u64 + 8),
+                }
+            }
             Kind::Rts | Kind::Cts => Some(EXT_LEN as u64),
             Kind::Fin | Kind::SyncAck => Some(BASE_LEN as u64),
         };
@@ -239,9 +309,14 @@ impl Header {
                 want: want.unwrap_or(u64::MAX),
             });
         }
-        if h.wire_len() == EXT_LEN {
+        if h.wire_len() >= EXT_LEN {
             h.ext0 = u64_at(48);
             h.ext1 = u64_at(56);
+        }
+        if striped {
+            for i in 0..u64_at(64) as usize {
+                h.stripes.push(u64_at(72 + 16 * i), u64_at(80 + 16 * i));
+            }
         }
         Ok(h)
     }
@@ -417,6 +492,7 @@ mod tests {
             cookie: 42,
             ext0: 0,
             ext1: 0,
+            stripes: Stripes::default(),
         }
     }
 
@@ -478,6 +554,42 @@ mod tests {
             assert_eq!(h.encode(&mut buf), EXT_LEN);
             assert_eq!(Header::decode(&buf), Ok(h));
         }
+    }
+
+    #[test]
+    fn striped_rts_roundtrip_and_length_checks() {
+        let mut h = sample(Kind::Rts);
+        h.flags = FLAG_STRIPE;
+        h.ext0 = 0x1000;
+        h.ext1 = 7;
+        assert!(h.stripes.push(0x2000, 8));
+        assert!(h.stripes.push(0x3000, 9));
+        let n = EXT_LEN + 8 + 32;
+        assert_eq!(h.wire_len(), n);
+        let mut buf = vec![0u8; n];
+        assert_eq!(h.encode(&mut buf), n);
+        let d = Header::decode(&buf).unwrap();
+        assert_eq!(d, h);
+        assert_eq!(d.stripes.as_slice(), &[(0x2000, 8), (0x3000, 9)]);
+        // Every truncation and any trailing byte is rejected.
+        for cut in 0..n {
+            assert!(Header::decode(&buf[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = buf.clone();
+        longer.push(0);
+        assert!(Header::decode(&longer).is_err());
+        // A count of none or more than MAX_STRIPES is rejected by name.
+        for bad in [0u64, MAX_STRIPES as u64 + 1, u64::MAX] {
+            let mut b = buf.clone();
+            b[64..72].copy_from_slice(&bad.to_le_bytes());
+            assert_eq!(Header::decode(&b), Err(DecodeError::BadStripes(bad)));
+        }
+        // The list holds at most MAX_STRIPES.
+        let mut full = Stripes::default();
+        for i in 0..MAX_STRIPES as u64 {
+            assert!(full.push(i, i));
+        }
+        assert!(!full.push(0, 0));
     }
 
     #[test]
