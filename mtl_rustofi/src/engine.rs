@@ -91,6 +91,8 @@ impl Engine {
             my_name,
             coalesce: settings.coalesce,
             fault: settings.fault,
+            // The driver opens no stripe endpoints: nothing to stripe over.
+            stripe_min: 0,
         };
         let mut core = Core::new(cfg, profiles.clone(), stats.clone());
         let mut out = Out::new();

@@ -165,6 +165,7 @@ pub fn core_packets(data: &[u8]) {
         my_name: ME,
         coalesce: s.u8() & 1 != 0,
         fault: Fault::None,
+        stripe_min: 0,
     };
     let mut core = Core::new(cfg, vec![profile(&mut s)], stats);
     let mut out = Out::new();

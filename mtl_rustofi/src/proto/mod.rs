@@ -23,6 +23,7 @@
 //! - [`abort`]: a failed rendezvous cancels its chunks and tells the peer;
 //! - [`rndv_read`]: the receiver reads the sender's buffer (FI_RMA);
 //! - [`rndv_send`]: the receiver grants tags, the sender sends (FI_TAGGED);
+//! - [`stripe`]: a read rendezvous spread over several NICs;
 //! - [`mrcache`]: registrations of user buffers kept for reuse;
 //! - [`usermr`]: how rendezvous registrations go through that cache.
 
@@ -37,6 +38,7 @@ mod recv;
 mod rndv;
 mod rndv_read;
 mod rndv_send;
+mod stripe;
 mod txq;
 mod usermr;
 
@@ -118,6 +120,10 @@ pub(crate) struct Stats {
     pub(crate) mr_reg: AtomicU64,
     /// Rendezvous transfers served a cached registration.
     pub(crate) mr_hits: AtomicU64,
+    /// Read rendezvous sent striped over several NICs.
+    pub(crate) striped: AtomicU64,
+    /// Bytes read through stripe rails (not the primary one).
+    pub(crate) stripe_bytes: AtomicU64,
 }
 
 /// A level and its high-water mark. Only the progress-token holder changes
@@ -165,6 +171,9 @@ pub(crate) struct CoreConfig {
     pub(crate) my_name: u64,
     pub(crate) coalesce: bool,
     pub(crate) fault: Fault,
+    /// Read rendezvous of at least this many bytes stripe over the peer's
+    /// stripe endpoints (0: never).
+    pub(crate) stripe_min: usize,
 }
 
 /// A rail: its profile and its transmit-side state.

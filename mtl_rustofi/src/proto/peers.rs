@@ -22,6 +22,9 @@ pub(super) struct Peer {
     pub(super) rail: RailId,
     /// Its address in that rail's address vector.
     pub(super) addr: FiAddr,
+    /// Its stripe endpoints, by stripe index: our stripe rail and its
+    /// address there ([`super::stripe`]).
+    pub(super) stripes: Vec<(RailId, FiAddr)>,
     /// Packets to this peer handed over (or queued) and not yet reported.
     pub(super) inflight: u32,
     /// Eager messages being coalesced into one packet.
@@ -66,6 +69,7 @@ impl Core {
         self.peers.push(Peer {
             rail,
             addr,
+            stripes: Vec::new(),
             inflight: 0,
             bundle: None,
             eager_limit: r.profile.eager_limit.min(max_eager),

@@ -13,6 +13,7 @@ use super::action::{Access, Event, Out, Status};
 use super::ids::{Cookie, MrId, PeerId, ReqId, RndvId};
 use super::peers::has;
 use super::recv::PostedRecv;
+use super::stripe::Lane;
 use super::txq::{AfterSend, ChunkOwner, MrUse};
 use super::usermr::UserMr;
 use super::{Core, CoreError, Stats};
@@ -36,6 +37,10 @@ pub(super) struct SendRndv {
     pub(super) failed: bool,
     /// The receiver knows the transfer failed (told, or it told us).
     pub(super) abort_sent: bool,
+    /// Striped read: the buffer's registration on each stripe rail.
+    pub(super) lanes: Vec<Lane>,
+    /// Registrations done so far (the primary's first, then the lanes').
+    pub(super) reg_done: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +80,10 @@ pub(super) struct RecvRndv {
     pub(super) cts_sent: bool,
     /// The sender knows the transfer failed (told, or it told us).
     pub(super) abort_sent: bool,
+    /// Striped read: the sender's buffer through each stripe rail.
+    pub(super) lanes: Vec<Lane>,
+    /// Round-robin cursor over the primary rail (0) and the lanes.
+    pub(super) lane_next: usize,
 }
 
 impl Core {
@@ -123,6 +132,12 @@ impl Core {
             outstanding: 0,
             failed: false,
             abort_sent: false,
+            lanes: if read {
+                self.send_lanes(s.peer, len)
+            } else {
+                Vec::new()
+            },
+            reg_done: 0,
         };
         if read || mr_local {
             let access = if read {
@@ -177,17 +192,29 @@ impl Core {
         let rail = self.peers[peer.index()].rail;
         match result {
             Ok(key) => {
-                if !has(&hdr, wire::FLAG_RNDV_SEND) {
-                    let addr = s.buf.region().addr;
-                    hdr.ext0 = if self.rails[rail.index()].profile.mr_virt_addr {
-                        addr as u64
-                    } else {
-                        (addr - s.mr_base) as u64
-                    };
-                    hdr.ext1 = key;
+                let addr = s.buf.region().addr;
+                // The registration answered: the primary's first, then
+                // each lane's in order.
+                let (on, base) = match s.reg_done.checked_sub(1) {
+                    None => (rail, s.mr_base),
+                    Some(i) => (s.lanes[i].rail, s.lanes[i].remote as usize),
+                };
+                let at = if self.rails[on.index()].profile.mr_virt_addr {
+                    addr as u64
+                } else {
+                    (addr - base) as u64
+                };
+                if s.reg_done == 0 {
+                    if !has(&hdr, wire::FLAG_RNDV_SEND) {
+                        hdr.ext0 = at;
+                        hdr.ext1 = key;
+                    }
+                } else {
+                    hdr.stripes.push(at, key);
                 }
-                s.state = SendState::AwaitReply;
-                self.send_rts(peer, &hdr, cookie, out);
+                s.reg_done += 1;
+                s.state = SendState::Registering(hdr);
+                self.rndv_send_next_reg(cookie, out);
             }
             Err(code) => {
                 self.count_error();
@@ -205,6 +232,43 @@ impl Core {
                 self.finish_rndv_send(cookie, true, out);
             }
         }
+    }
+
+    /// Registers the sender's buffer on its next lane, or sends the RTS
+    /// once every registration is done.
+    fn rndv_send_next_reg(&mut self, cookie: Cookie, out: &mut Out) {
+        let Some(s) = self.rndv_send.get_mut(&cookie) else {
+            return;
+        };
+        let SendState::Registering(mut hdr) = s.state else {
+            return;
+        };
+        let (i, region) = (s.reg_done - 1, s.buf.region());
+        if let Some(lane) = s.lanes.get(i) {
+            let rail = lane.rail;
+            let what = MrUse::RndvSend(cookie);
+            let got = self.register_user(rail, region, Access::RemoteRead, what, out);
+            let s = self.rndv_send.get_mut(&cookie).expect("present");
+            match got {
+                UserMr::Pending(mr) => {
+                    s.lanes[i].mr = Some(mr);
+                    s.lanes[i].remote = region.addr as u64;
+                }
+                UserMr::Hit { mr, key, base } => {
+                    s.lanes[i].mr = Some(mr);
+                    s.lanes[i].remote = base as u64;
+                    self.rndv_send_registered(cookie, mr, Ok(key), out);
+                }
+            }
+            return;
+        }
+        if !s.lanes.is_empty() {
+            hdr.flags |= wire::FLAG_STRIPE;
+            Stats::add(&self.stats.striped, 1);
+        }
+        s.state = SendState::AwaitReply;
+        let peer = s.peer;
+        self.send_rts(peer, &hdr, cookie, out);
     }
 
     /// The FIN of a rendezvous: the receiver is done with the sender's
@@ -241,7 +305,7 @@ impl Core {
         let Some(s) = self.rndv_send.remove(&cookie) else {
             return;
         };
-        if let Some(mr) = s.mr {
+        for mr in s.mr.into_iter().chain(s.lanes.iter().filter_map(|l| l.mr)) {
             self.release_user(mr, out);
         }
         out.events.push(Event::Send {
@@ -299,6 +363,11 @@ impl Core {
             self.next_tag_base += 1;
             t << super::rndv_send::CHUNK_BITS
         };
+        let lanes = if read && want > 0 {
+            self.recv_lanes(peer, hdr)
+        } else {
+            Vec::new()
+        };
         let id = self.rndv_recv.insert(RecvRndv {
             req: p.req,
             buf: p.buf,
@@ -318,6 +387,8 @@ impl Core {
             registering: false,
             cts_sent: false,
             abort_sent: false,
+            lanes,
+            lane_next: 0,
         });
         let rail = self.peers[peer.index()].rail;
         if want > 0 && self.rails[rail.index()].profile.mr_local {
@@ -335,7 +406,28 @@ impl Core {
             }
             return;
         }
-        self.rndv_recv_proceed(id, out);
+        self.rndv_recv_lanes(id, out);
+    }
+
+    /// Registers the receive buffer on the next lane that needs it, or
+    /// goes on with the transfer once none does.
+    fn rndv_recv_lanes(&mut self, id: RndvId, out: &mut Out) {
+        let Some(i) = self.next_recv_lane_to_register(id) else {
+            self.rndv_recv_proceed(id, out);
+            return;
+        };
+        let r = self.rndv_recv.get(id).expect("has a lane");
+        let (rail, region) = (r.lanes[i].rail, r.buf.region().slice(0, r.want));
+        let got = self.register_user(rail, region, Access::Read, MrUse::RndvRecv(id), out);
+        let r = self.rndv_recv.get_mut(id).expect("present");
+        r.registering = true;
+        match got {
+            UserMr::Pending(mr) => r.lanes[i].mr = Some(mr),
+            UserMr::Hit { mr, key, .. } => {
+                r.lanes[i].mr = Some(mr);
+                self.rndv_recv_registered(id, mr, Ok(key), out);
+            }
+        }
     }
 
     fn rndv_recv_proceed(&mut self, id: RndvId, out: &mut Out) {
@@ -370,7 +462,7 @@ impl Core {
             self.finish_rndv_recv(id, out);
             return;
         }
-        self.rndv_recv_proceed(id, out);
+        self.rndv_recv_lanes(id, out);
     }
 
     /// A data chunk of a rendezvous was reported.
@@ -427,7 +519,7 @@ impl Core {
         if cfg!(feature = "be0251a-defects") && r.failed {
             self.count_error();
         }
-        if let Some(mr) = r.mr {
+        for mr in r.mr.into_iter().chain(r.lanes.iter().filter_map(|l| l.mr)) {
             self.release_user(mr, out);
         }
         if (r.read || !r.cts_sent) && !self.peers[r.peer.index()].lost {

@@ -5,7 +5,7 @@
 use super::action::Out;
 use super::ids::RndvId;
 use super::txq::{Chunk, ChunkKind, ChunkOwner, Op};
-use super::Core;
+use super::{Core, Stats};
 
 /// Most reads in flight per rendezvous.
 pub(super) const READS_IN_FLIGHT: usize = 8;
@@ -18,11 +18,21 @@ impl Core {
             let Some(r) = self.rndv_recv.get_mut(id) else {
                 return;
             };
-            if r.failed || r.next_off >= r.want || r.outstanding >= READS_IN_FLIGHT {
+            let lanes = 1 + r.lanes.len();
+            if r.failed || r.next_off >= r.want || r.outstanding >= READS_IN_FLIGHT * lanes {
                 break;
             }
             let peer = r.peer;
-            let rail = self.peers[peer.index()].rail;
+            // Round-robin over the primary rail (lane 0) and the stripes.
+            let k = r.lane_next % lanes;
+            r.lane_next += 1;
+            let (rail, mr, remote, key) = match k.checked_sub(1) {
+                None => (self.peers[peer.index()].rail, r.mr, r.remote_addr, r.key),
+                Some(i) => {
+                    let l = r.lanes[i];
+                    (l.rail, l.mr, l.remote, l.key)
+                }
+            };
             let chunk = self.rails[rail.index()].profile.chunk;
             let n = (r.want - r.next_off).min(chunk);
             let c = Chunk {
@@ -31,10 +41,13 @@ impl Core {
                 owner: ChunkOwner::Recv(id),
                 kind: ChunkKind::Read,
                 local: r.buf.region().slice(r.next_off, n),
-                mr: r.mr,
-                remote: r.remote_addr.wrapping_add(r.next_off as u64),
-                key: r.key,
+                mr,
+                remote: remote.wrapping_add(r.next_off as u64),
+                key,
             };
+            if k > 0 {
+                Stats::add(&self.stats.stripe_bytes, n as u64);
+            }
             r.next_off += n;
             r.outstanding += 1;
             self.submit_op(Op::Chunk(c), out);

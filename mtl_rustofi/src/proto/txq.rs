@@ -264,7 +264,7 @@ impl Core {
         let a = match op {
             Op::Packet(p) => self.send_action(id, p),
             Op::Chunk(c) => {
-                let addr = self.peers[c.peer.index()].addr;
+                let addr = self.peer_addr(c.peer, c.rail);
                 match c.kind {
                     ChunkKind::Read => Action::Read {
                         op: id,

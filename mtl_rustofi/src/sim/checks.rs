@@ -370,6 +370,9 @@ pub(crate) struct Coverage {
     pub(crate) mr_hits: u64,
     /// Memory releases reported to a node.
     pub(crate) releases: u64,
+    /// Read rendezvous striped, and bytes read through stripe rails.
+    pub(crate) striped: u64,
+    pub(crate) stripe_bytes: u64,
 }
 
 impl Coverage {
@@ -417,6 +420,8 @@ impl Coverage {
         self.releases += w.releases as u64;
         for n in &w.nodes {
             self.mr_hits += Stats::get(&n.stats.mr_hits);
+            self.striped += Stats::get(&n.stats.striped);
+            self.stripe_bytes += Stats::get(&n.stats.stripe_bytes);
             self.coalesced += Stats::get(&n.stats.coalesced);
             self.unexpected += Stats::get(&n.stats.unexpected);
             self.unexpected_peak += Stats::get(&n.stats.unexpected_now.peak);

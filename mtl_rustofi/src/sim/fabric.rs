@@ -371,6 +371,7 @@ impl World {
         super::quiet();
         let mut rng = Rng::new(seed ^ 0xFAB1_C000);
         let mut mrng = Rng::new(seed ^ 0x3E3_CAC4E);
+        let mut srng = Rng::new(seed ^ 0x57_121E);
         let n = plan.nodes;
         let mut nodes = Vec::new();
         for i in 0..n {
@@ -383,6 +384,14 @@ impl World {
                     .iter()
                     .find(|f| f.0 == i)
                     .map_or(Fault::None, |f| f.1),
+                // Thresholds from one byte above the eager limit to a few
+                // chunks, so that some transfers stripe and some do not.
+                stripe_min: if rails.stripes > 0 {
+                    let p = &rails.profiles[0];
+                    [p.eager_limit + 1, 2 * p.chunk, 5 * p.chunk][srng.usize(0, 2)]
+                } else {
+                    0
+                },
             };
             let mut core = Core::new(cfg, rails.profiles.clone(), stats.clone());
             // Most nodes cache registrations, with small bounds so that
@@ -396,12 +405,17 @@ impl World {
                 if j != i {
                     let r = rails.rail_between(i, j);
                     let max_eager = rails.profiles[r].eager_limit;
-                    *p = Some(core.add_peer(
+                    let id = core.add_peer(
                         j as u64 + 1,
                         RailId(r as u8),
                         FiAddr(j as u64),
                         max_eager,
-                    ));
+                    );
+                    // Stripe endpoint i of both sides, as far as both have one.
+                    for ((k, rail), _) in rails.stripes_of(i).zip(rails.stripes_of(j)) {
+                        core.add_stripe(id, k, RailId(rail as u8), FiAddr(j as u64));
+                    }
+                    *p = Some(id);
                 }
             }
             nodes.push(Node {

@@ -10,9 +10,21 @@ pub(crate) struct Rails {
     pub(crate) profiles: Vec<RailProfile>,
     /// Nodes `2k` and `2k + 1` share a host and talk over rail 1 (shm).
     pub(crate) shm_pairs: bool,
+    /// The last `stripes` profiles are stripe rails: every node has one
+    /// endpoint on each, paired with its peers' of the same index.
+    pub(crate) stripes: usize,
+    /// Odd nodes have one stripe endpoint fewer (a peer with fewer NICs).
+    pub(crate) uneven: bool,
 }
 
 impl Rails {
+    /// The stripe rails node `a` has endpoints on, as (stripe index, rail).
+    pub(crate) fn stripes_of(&self, a: usize) -> impl Iterator<Item = (usize, usize)> {
+        let n = self.stripes - (self.uneven && a % 2 == 1) as usize;
+        let first = self.profiles.len() - self.stripes;
+        (0..n).map(move |i| (i, first + i))
+    }
+
     /// The rail node `a` uses to reach node `b`.
     pub(crate) fn rail_between(&self, a: usize, b: usize) -> usize {
         if self.shm_pairs && a / 2 == b / 2 {
@@ -34,6 +46,7 @@ pub(crate) const PROFILES: &[&str] = &[
     "sockets",
     "bare",
     "efa-shm",
+    "efa-stripe",
     "tiny",
     "tiny-send",
 ];
@@ -94,6 +107,15 @@ fn efa(virt: bool) -> RailProfile {
     )
 }
 
+/// A stripe rail of the EFA-like multi-NIC profile: the same rules with a
+/// different chunk size, so that chunks of one transfer differ by lane.
+fn efa_stripe() -> RailProfile {
+    let mut p = efa(false);
+    p.provider = "efa-stripe".to_string();
+    p.chunk = 8192;
+    p
+}
+
 fn shm() -> RailProfile {
     rail(
         "shm",
@@ -116,6 +138,8 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
     let one = |p| Rails {
         profiles: vec![p],
         shm_pairs: false,
+        stripes: 0,
+        uneven: false,
     };
     Some(match name {
         "efa" => one(efa(false)),
@@ -228,6 +252,16 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
         "efa-shm" => Rails {
             profiles: vec![efa(false), shm()],
             shm_pairs: true,
+            stripes: 0,
+            uneven: false,
+        },
+        // Three EFA-like NICs per node: the primary and two stripe rails
+        // (read rendezvous above a per-node threshold stripe over them).
+        "efa-stripe" => Rails {
+            profiles: vec![efa(false), efa_stripe(), efa_stripe()],
+            shm_pairs: false,
+            stripes: 2,
+            uneven: false,
         },
         _ => return None,
     })

@@ -93,6 +93,10 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
     if fault == "dup" {
         want("duplicated packets", c.dups);
     }
+    if rails.stripes > 0 {
+        want("striped rendezvous", c.striped);
+        want("bytes read through stripe rails", c.stripe_bytes);
+    }
 }
 
 #[test]
@@ -138,6 +142,11 @@ fn sim_no_rma_no_tagged() {
 #[test]
 fn sim_efa_with_shm() {
     matrix("efa-shm");
+}
+
+#[test]
+fn sim_efa_striped() {
+    matrix("efa-stripe");
 }
 
 #[test]
