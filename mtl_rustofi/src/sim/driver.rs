@@ -15,6 +15,7 @@ impl World {
     fn ask(
         &mut self,
         n: usize,
+        rail: usize,
         kind: PostKind,
         op: Option<OpId>,
         local: Option<Region>,
@@ -43,6 +44,7 @@ impl World {
         });
         hook(&PostInfo {
             node: n,
+            rail,
             kind,
             op,
             attempt,
@@ -243,7 +245,7 @@ impl World {
         match a {
             Action::PostRecv { rail, slot } => {
                 let (r, s) = (rail.index(), slot.0 as usize);
-                let inj = self.ask(n, PostKind::PostRecv, None, None, None);
+                let inj = self.ask(n, r, PostKind::PostRecv, None, None, None);
                 let Fate::Posted(fail) = self.post_fate(
                     n,
                     Posted::Rx(rail, slot),
@@ -304,7 +306,7 @@ impl World {
                         .ok()
                         .map(|h| h.kind)
                 });
-                let inj = self.ask(n, PostKind::Send, Some(op), None, kind);
+                let inj = self.ask(n, r, PostKind::Send, Some(op), None, kind);
                 let fails = self.nodes[n].fails.get(&op).copied().unwrap_or(0);
                 // A recovering provider: random failures stop before the
                 // core would give the peer up.
@@ -387,7 +389,7 @@ impl World {
                     ));
                 }
                 self.maybe_die_on_chunk(n, src.0 as usize);
-                let inj = self.ask(n, PostKind::Read, Some(op), Some(local), None);
+                let inj = self.ask(n, r, PostKind::Read, Some(op), Some(local), None);
                 let fail =
                     match self.post_fate(n, Posted::Op(op), inj, self.faults.err_read, true, out) {
                         Fate::Posted(f) => f,
@@ -427,7 +429,7 @@ impl World {
                     ));
                 }
                 self.maybe_die_on_chunk(n, to);
-                let inj = self.ask(n, PostKind::TaggedSend, Some(op), Some(local), None);
+                let inj = self.ask(n, r, PostKind::TaggedSend, Some(op), Some(local), None);
                 let fate = self.post_fate(n, Posted::Op(op), inj, self.faults.err_tsend, true, out);
                 // Like a real provider, a tagged send that is rejected or
                 // fails delivers nothing: the receive posted for it stays
@@ -482,7 +484,7 @@ impl World {
                         "node {n}: TaggedRecv into {local:?}, which is no request's memory"
                     ));
                 }
-                let inj = self.ask(n, PostKind::TaggedRecv, Some(op), Some(local), None);
+                let inj = self.ask(n, r, PostKind::TaggedRecv, Some(op), Some(local), None);
                 let fail = match self.post_fate(
                     n,
                     Posted::Op(op),
@@ -550,7 +552,7 @@ impl World {
                         "node {n}: {mr:?} registered while still registered"
                     ));
                 }
-                let inj = self.ask(n, PostKind::Register, None, Some(region), None);
+                let inj = self.ask(n, r, PostKind::Register, None, Some(region), None);
                 let fail = match inj {
                     Inject::Normal => self.rng.chance(self.faults.reg_fail),
                     Inject::Clean => false,

@@ -30,6 +30,7 @@ pub(crate) enum PostKind {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PostInfo {
     pub(crate) node: usize,
+    pub(crate) rail: usize,
     pub(crate) kind: PostKind,
     pub(crate) op: Option<OpId>,
     /// Posts of this operation id so far, this one included.

@@ -28,6 +28,7 @@ mod mrcases;
 mod profiles;
 mod rng;
 mod run;
+mod stripecases;
 mod tests;
 mod workload;
 
