@@ -145,7 +145,11 @@ pub(crate) enum DecodeError {
     BadMagic(u8),
     BadVersion(u8),
     BadKind(u8),
-    LengthMismatch { kind: Kind, got: usize, want: u64 },
+    LengthMismatch {
+        kind: Kind,
+        got: usize,
+        want: u64,
+    },
     /// A striped RTS names no stripe or more than `MAX_STRIPES`.
     BadStripes(u64),
 }
@@ -290,7 +294,9 @@ impl Header {
             Kind::Eager => (BASE_LEN as u64).checked_add(h.len),
             Kind::Rts if striped => {
                 // The count is read only once the packet is known to hold it.
-                let n = pkt.get(64..72).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+                let n = pkt
+                    .get(64..72)
+                    .map(|b| u64::from_le_bytes(b.try_into().unwrap()));
                 match n {
                     Some(n) if (1..=MAX_STRIPES as u64).contains(&n) => {
                         Some(EXT_LEN as u64 + 8 + 16 * n)

@@ -406,12 +406,8 @@ impl World {
                 if j != i {
                     let r = rails.rail_between(i, j);
                     let max_eager = rails.profiles[r].eager_limit;
-                    let id = core.add_peer(
-                        j as u64 + 1,
-                        RailId(r as u8),
-                        FiAddr(j as u64),
-                        max_eager,
-                    );
+                    let id =
+                        core.add_peer(j as u64 + 1, RailId(r as u8), FiAddr(j as u64), max_eager);
                     // Stripe endpoint i of both sides, as far as both have one.
                     for ((k, rail), _) in rails.stripes_of(i).zip(rails.stripes_of(j)) {
                         core.add_stripe(id, k, RailId(rail as u8), FiAddr(j as u64));

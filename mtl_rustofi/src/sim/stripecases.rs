@@ -117,10 +117,7 @@ fn sim_stripe_reads_spread_over_every_rail() {
     // and the stripes carry half of the bytes.
     assert_eq!(reads, [20, 20, 20]);
     assert_eq!(Stats::get(&w.nodes[0].stats.striped), 1);
-    assert_eq!(
-        Stats::get(&w.nodes[1].stats.stripe_bytes),
-        (len / 2) as u64
-    );
+    assert_eq!(Stats::get(&w.nodes[1].stats.stripe_bytes), (len / 2) as u64);
     assert_eq!(statuses(&w), (vec![Status::Ok], vec![Status::Ok]));
 }
 
