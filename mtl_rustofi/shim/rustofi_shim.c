@@ -118,6 +118,7 @@ ASSERT_FIELD(RustofiConfig, coalesce, RUSTOFI_LAYOUT_CONFIG_COALESCE);
 ASSERT_FIELD(RustofiConfig, named, RUSTOFI_LAYOUT_CONFIG_NAMED);
 ASSERT_FIELD(RustofiConfig, my_name, RUSTOFI_LAYOUT_CONFIG_MY_NAME);
 ASSERT_FIELD(RustofiConfig, rank, RUSTOFI_LAYOUT_CONFIG_RANK);
+ASSERT_FIELD(RustofiConfig, tagged, RUSTOFI_LAYOUT_CONFIG_TAGGED);
 _Static_assert(sizeof(RustofiConfig) == RUSTOFI_LAYOUT_CONFIG_SIZE,
                "size of RustofiConfig differs from ffi.rs");
 
@@ -130,6 +131,7 @@ static char *param_exclude = NULL;
 static int param_eager_limit = -1;
 static int param_verbose = 0;
 static char *param_rndv_protocol = NULL;
+static char *param_tagged = NULL;
 static char *param_shm = NULL;
 static int param_coalesce = 1;
 static long param_rndv_chunk = 64L * 1024 * 1024;
@@ -250,9 +252,15 @@ static int rustofi_component_register(void)
             "chosen provider and capabilities at startup",
             OPAL_INFO_LVL_1, &param_verbose);
     reg_string("rndv_protocol",
-               "Rendezvous data path: auto (RMA read when the provider has FI_RMA, else send), "
-               "read, or send",
+               "Rendezvous data path: auto (RMA read when the provider has FI_RMA, else tagged "
+               "send, else msg), read, send (fi_tsend into granted tagged receives), or msg "
+               "(pipelined data packets over plain sends into the receiver's bounce buffers)",
                OPAL_INFO_LVL_5, &param_rndv_protocol);
+    param_tagged = "auto";
+    reg_string("tagged",
+               "FI_TAGGED: auto (asked for only where the send rendezvous needs it and the "
+               "provider has it) or off (never asked for; rendezvous by read or msg)",
+               OPAL_INFO_LVL_5, &param_tagged);
     mca_base_component_var_register(&mca_mtl_rustofi_component.mtl_version, "rndv_chunk_size",
                                     "Largest single libfabric transfer of a rendezvous (bytes, at "
                                     "least 4096; also capped by the provider's max_msg_size)",
@@ -497,6 +505,7 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
         .named = rustofi_named(),
         .my_name = proc_name64(OMPI_PROC_MY_NAME),
         .rank = (int64_t) OMPI_PROC_MY_NAME->vpid,
+        .tagged = param_tagged,
     };
     RustofiCallbacks cb = {
         .recv_complete = cb_recv_complete,

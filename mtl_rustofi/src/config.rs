@@ -10,6 +10,9 @@ pub(crate) enum RndvProtocol {
     Read,
     /// Receiver grants a tag, sender sends the data with fi_tsend.
     Send,
+    /// Receiver grants, sender sends data packets into its bounce buffers
+    /// (plain FI_MSG; what a rail with neither FI_RMA nor FI_TAGGED uses).
+    Msg,
 }
 
 /// Whether same-host peers are reached through libfabric's shm provider
@@ -43,6 +46,8 @@ pub(crate) struct Settings {
     /// ([`default_eager_limit`]).
     pub eager_limit: Option<usize>,
     pub rndv: RndvProtocol,
+    /// Ask for and use FI_TAGGED (MCA `tagged`: `auto` or `off`).
+    pub tagged: bool,
     pub chunk: usize,
     pub rx_buffers: usize,
     pub verbose: i32,
@@ -70,6 +75,7 @@ pub(crate) struct RawParams<'a> {
     pub exclude_set: bool,
     pub eager_limit: i64,
     pub rndv_protocol: Option<&'a str>,
+    pub tagged: Option<&'a str>,
     pub chunk: i64,
     pub rx_buffers: i64,
     pub verbose: i64,
@@ -156,12 +162,33 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         "" | "auto" => RndvProtocol::Auto,
         "read" => RndvProtocol::Read,
         "send" => RndvProtocol::Send,
+        "msg" => RndvProtocol::Msg,
         other => {
             return Err(format!(
-                "mtl_rustofi_rndv_protocol = '{other}' is invalid: use auto, read or send"
+                "mtl_rustofi_rndv_protocol = '{other}' is invalid: use auto, read, send or msg"
             ))
         }
     };
+    let tagged = match p
+        .tagged
+        .unwrap_or("auto")
+        .trim()
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "" | "auto" => true,
+        "off" => false,
+        other => {
+            return Err(format!(
+                "mtl_rustofi_tagged = '{other}' is invalid: use auto or off"
+            ))
+        }
+    };
+    if !tagged && rndv == RndvProtocol::Send {
+        return Err("mtl_rustofi_rndv_protocol = send needs FI_TAGGED, which \
+                    mtl_rustofi_tagged = off forbids: use auto, read or msg"
+            .into());
+    }
     if p.chunk < 4096 || p.chunk > (1i64 << 40) {
         return Err(format!(
             "mtl_rustofi_rndv_chunk_size = {} is invalid: it must be at least 4096 bytes",
@@ -211,6 +238,7 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         exclude,
         eager_limit: (p.eager_limit != EAGER_AUTO).then_some(p.eager_limit as usize),
         rndv,
+        tagged,
         chunk: p.chunk as usize,
         rx_buffers: p.rx_buffers as usize,
         verbose: p.verbose as i32,
@@ -390,6 +418,26 @@ mod tests {
             .iter()
             .map(|s| s.to_string())
             .collect()
+    }
+
+    #[test]
+    fn tagged_and_msg_protocol() {
+        let mut p = raw();
+        assert!(validate(&p).unwrap().tagged);
+        p.tagged = Some(" OFF");
+        assert!(!validate(&p).unwrap().tagged);
+        p.rndv_protocol = Some("msg");
+        assert_eq!(validate(&p).unwrap().rndv, RndvProtocol::Msg);
+        p.rndv_protocol = Some("send");
+        let e = validate(&p).unwrap_err();
+        assert!(
+            e.contains("mtl_rustofi_tagged = off") && e.contains("send"),
+            "{e}"
+        );
+        p.tagged = Some("maybe");
+        assert!(validate(&p)
+            .unwrap_err()
+            .contains("mtl_rustofi_tagged = 'maybe'"));
     }
 
     #[test]

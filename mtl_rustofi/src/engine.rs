@@ -59,7 +59,7 @@ pub(crate) struct Engine {
     pub(crate) settings: Settings,
     stats: Arc<Stats>,
     shm_provider: Option<String>,
-    rndv_read: bool,
+    rndv: &'static str,
     /// What this rank publishes through the modex.
     modex: Vec<u8>,
 }
@@ -101,7 +101,15 @@ impl Engine {
         Ok(Engine {
             provider: net.provider.clone(),
             caps: driver.caps(RailId(0)),
-            rndv_read: net.rndv_read,
+            rndv: if net.rndv_read {
+                "read"
+            } else if net.rndv_msg {
+                "msg"
+            } else if net.tagged {
+                "send"
+            } else {
+                "none"
+            },
             shm_provider: profiles
                 .iter()
                 .find(|p| p.kind == RailKind::Shm)
@@ -123,8 +131,9 @@ impl Engine {
         Ok(self.modex.clone())
     }
 
-    pub(crate) fn rndv_uses_read(&self) -> bool {
-        self.rndv_read
+    /// The network rail's rendezvous protocol, by name.
+    pub(crate) fn rndv_name(&self) -> &'static str {
+        self.rndv
     }
 
     /// Applies queued commands (and, with `poll`, drives the providers) if

@@ -41,6 +41,8 @@ pub struct RustofiConfig {
     pub my_name: u64,
     /// This process's rank in MPI_COMM_WORLD, for messages.
     pub rank: i64,
+    /// Ask for and use FI_TAGGED: auto or off.
+    pub tagged: *const c_char,
 }
 
 /// Completion entry points of the shim.
@@ -200,6 +202,7 @@ pub unsafe extern "C" fn rustofi_init(
             exclude_set: cfg.exclude_set,
             eager_limit: cfg.eager_limit,
             rndv_protocol: opt_str(cfg.rndv_protocol),
+            tagged: opt_str(cfg.tagged),
             chunk: cfg.rndv_chunk_size,
             rx_buffers: cfg.rx_buffers,
             verbose: cfg.verbose,
@@ -243,9 +246,11 @@ pub unsafe extern "C" fn rustofi_init(
             }
         }
         let mut query = Err(crate::fabric::FiError::new("fi_getinfo", -61));
-        for h in Hints::PREFERENCE {
+        let mut asked = None;
+        for h in Hints::preference(settings.tagged, settings.rndv) {
             query = InfoList::query(h);
             if query.is_ok() {
+                asked = Some(h);
                 break;
             }
         }
@@ -313,12 +318,21 @@ pub unsafe extern "C" fn rustofi_init(
                 engine.provider,
                 engine.shm_provider().unwrap_or("off"),
                 engine.caps.rma,
-                if engine.rndv_uses_read() {
-                    "read"
-                } else {
-                    "send"
-                },
+                engine.rndv_name(),
                 engine.caps
+            ));
+            crate::log::info(&format!(
+                "rustofi: rank={} api={} (libfabric {}, headers {}) asked caps={} tagged={}",
+                cfg.rank,
+                crate::fabric::version_text(crate::fabric::api_version()),
+                crate::fabric::version_text(crate::fabric::runtime_version()),
+                crate::fabric::version_text(crate::fabric::API_HEADERS),
+                asked.map(|h| h.caps_text()).unwrap_or_default(),
+                if engine.settings.tagged {
+                    "auto"
+                } else {
+                    "off"
+                }
             ));
         }
         let comp = Box::new(Component {
@@ -728,7 +742,8 @@ pub const RUSTOFI_LAYOUT_CONFIG_COALESCE: usize = 88;
 pub const RUSTOFI_LAYOUT_CONFIG_NAMED: usize = 96;
 pub const RUSTOFI_LAYOUT_CONFIG_MY_NAME: usize = 104;
 pub const RUSTOFI_LAYOUT_CONFIG_RANK: usize = 112;
-pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 120;
+pub const RUSTOFI_LAYOUT_CONFIG_TAGGED: usize = 120;
+pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 128;
 
 /// Asserts at compile time that `$ty` has size `$size` and each listed
 /// field has the given offset and size (every field must be listed: the
@@ -791,4 +806,5 @@ assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 21;
     named: bool = RUSTOFI_LAYOUT_CONFIG_NAMED,
     my_name: u64 = RUSTOFI_LAYOUT_CONFIG_MY_NAME,
     rank: i64 = RUSTOFI_LAYOUT_CONFIG_RANK,
+    tagged: *const c_char = RUSTOFI_LAYOUT_CONFIG_TAGGED,
 );

@@ -17,10 +17,13 @@
 //! | 32  | 8    | message length in bytes                        |
 //! | 40  | 8    | cookie: the sender's request token             |
 //!
-//! `Rts` and `Cts` carry 16 more bytes: (remote address, RMA key) for a
-//! read rendezvous, (data tag, granted length) for a CTS, whose length
-//! field holds the chunk size the receiver posted its tagged receives with. `Eager` is
-//! followed by exactly `len` payload bytes.
+//! `Rts`, `Cts` and `Data` carry 16 more bytes: (remote address, RMA key)
+//! for a read rendezvous, (data tag, granted length) for a CTS, whose length
+//! field holds the chunk size the receiver posted its tagged receives with
+//! (message rendezvous: the receiver's token and slot instead of the tag,
+//! the bytes per data packet as length), (offset, receiver's token) for a
+//! `Data` packet, whose context field holds the receiver's slot. `Eager`
+//! and `Data` are followed by exactly `len` payload bytes.
 //!
 //! One libfabric message may carry several eager messages back to back
 //! (the sender coalesces small sends to a peer while an earlier packet to
@@ -29,7 +32,7 @@
 //! such a packet.
 
 pub(crate) const MAGIC: u8 = 0xA7;
-pub(crate) const VERSION: u8 = 2;
+pub(crate) const VERSION: u8 = 3;
 pub(crate) const BASE_LEN: usize = 48;
 pub(crate) const EXT_LEN: usize = 64;
 
@@ -43,6 +46,9 @@ pub(crate) const FLAG_MORE: u8 = 4;
 /// the receiver's CTS (the cookie is the sender's own); without it a FIN
 /// goes from receiver to sender.
 pub(crate) const FLAG_ABORT: u8 = 8;
+/// On an RTS or CTS: rendezvous by `Data` packets over plain sends
+/// (neither RMA nor tagged operations).
+pub(crate) const FLAG_RNDV_MSG: u8 = 16;
 /// Offset of the flags byte in a header.
 const FLAGS_AT: usize = 2;
 
@@ -64,6 +70,8 @@ pub(crate) enum Kind {
     Fin = 4,
     /// Receiver → sender: a synchronous eager send was matched.
     SyncAck = 5,
+    /// Sender → receiver: a piece of a message rendezvous's data.
+    Data = 6,
 }
 
 impl Kind {
@@ -74,6 +82,7 @@ impl Kind {
             3 => Kind::Cts,
             4 => Kind::Fin,
             5 => Kind::SyncAck,
+            6 => Kind::Data,
             _ => return None,
         })
     }
@@ -91,9 +100,9 @@ pub(crate) struct Header {
     pub sender: u64,
     pub len: u64,
     pub cookie: u64,
-    /// RTS: remote address; CTS: data tag.
+    /// RTS: remote address; CTS: data tag (or token); Data: offset.
     pub ext0: u64,
-    /// RTS: RMA key; CTS: granted length.
+    /// RTS: RMA key; CTS: granted length; Data: the receiver's token.
     pub ext1: u64,
 }
 
@@ -142,7 +151,7 @@ impl Header {
     /// Bytes this header occupies on the wire.
     pub(crate) fn wire_len(&self) -> usize {
         match self.kind {
-            Kind::Rts | Kind::Cts => EXT_LEN,
+            Kind::Rts | Kind::Cts | Kind::Data => EXT_LEN,
             _ => BASE_LEN,
         }
     }
@@ -229,6 +238,7 @@ impl Header {
         };
         let want = match kind {
             Kind::Eager => (BASE_LEN as u64).checked_add(h.len),
+            Kind::Data => (EXT_LEN as u64).checked_add(h.len),
             Kind::Rts | Kind::Cts => Some(EXT_LEN as u64),
             Kind::Fin | Kind::SyncAck => Some(BASE_LEN as u64),
         };

@@ -99,9 +99,10 @@ impl Driver {
         let mut rails = vec![net];
         if let Some(i) = shm {
             // The shm rail reads when it can, unless the user asked for the
-            // send protocol everywhere.
+            // send or msg protocol everywhere.
             let rndv = match settings.rndv {
                 RndvProtocol::Send => RndvProtocol::Send,
+                RndvProtocol::Msg => RndvProtocol::Msg,
                 _ => RndvProtocol::Auto,
             };
             match FabricRail::open(list, i, RailKind::Shm, settings, rndv) {

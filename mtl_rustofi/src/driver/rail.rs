@@ -71,15 +71,24 @@ impl FabricRail {
                 caps.max_msg
             )));
         }
-        let rndv_read = match rndv {
-            RndvProtocol::Auto => caps.rma,
+        // FI_TAGGED is used only if the provider returned it and the user
+        // allows it (a provider may return it unasked).
+        let tagged = caps.tagged && settings.tagged;
+        let (rndv_read, rndv_msg) = match rndv {
+            RndvProtocol::Auto => (caps.rma, !caps.rma && !tagged),
             RndvProtocol::Read if !caps.rma => {
                 return Err(EngineError(format!(
                     "mtl_rustofi_rndv_protocol = read, but provider {provider} has no FI_RMA"
                 )))
             }
-            RndvProtocol::Read => true,
-            RndvProtocol::Send => false,
+            RndvProtocol::Read => (true, false),
+            RndvProtocol::Send if !tagged => {
+                return Err(EngineError(format!(
+                    "mtl_rustofi_rndv_protocol = send, but provider {provider} has no FI_TAGGED"
+                )))
+            }
+            RndvProtocol::Send => (false, false),
+            RndvProtocol::Msg => (false, true),
         };
         let fabric = Fabric::open(info)?;
         let domain = Domain::open(&fabric, info)?;
@@ -97,7 +106,8 @@ impl FabricRail {
             eager_limit,
             zero_copy: !caps.mr_local && info.iov_limit() >= 2,
             rndv_read,
-            tagged: caps.tagged,
+            tagged,
+            rndv_msg,
             chunk: settings.chunk.min(caps.max_msg),
             // Some providers (udp;ofi_rxd) accept more than their queue
             // depth without EAGAIN and then stall, so the core queues the

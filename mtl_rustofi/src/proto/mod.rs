@@ -22,7 +22,9 @@
 //! - [`rndv`]: what both rendezvous protocols share (RTS, FIN, state);
 //! - [`abort`]: a failed rendezvous cancels its chunks and tells the peer;
 //! - [`rndv_read`]: the receiver reads the sender's buffer (FI_RMA);
-//! - [`rndv_send`]: the receiver grants tags, the sender sends (FI_TAGGED).
+//! - [`rndv_send`]: the receiver grants tags, the sender sends (FI_TAGGED);
+//! - [`rndv_msg`]: the receiver grants, the sender sends data packets into
+//!   its bounce buffers (FI_MSG only).
 
 mod abort;
 pub(crate) mod action;
@@ -32,6 +34,7 @@ pub(crate) mod ids;
 mod peers;
 mod recv;
 mod rndv;
+mod rndv_msg;
 mod rndv_read;
 mod rndv_send;
 mod txq;
@@ -77,6 +80,10 @@ pub(crate) struct RailProfile {
     pub(crate) rndv_read: bool,
     /// FI_TAGGED is available (the send rendezvous needs it).
     pub(crate) tagged: bool,
+    /// Rendezvous by data packets over plain sends (chosen where neither
+    /// the read nor the tagged rendezvous is used, or forced); takes
+    /// precedence over the tagged rendezvous.
+    pub(crate) rndv_msg: bool,
     pub(crate) chunk: usize,
     /// Most transmit operations in flight (the provider's tx queue depth).
     pub(crate) tx_depth: usize,

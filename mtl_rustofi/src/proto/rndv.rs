@@ -6,13 +6,15 @@
 //! rail needs it, then sends the RTS; it waits for a FIN (read protocol,
 //! or any failure of the receiver) or a CTS (send protocol). Receiver:
 //! `start_rndv_recv` on the match registers the receive buffer where the
-//! rail needs it and hands over to [`super::rndv_read`] or
-//! [`super::rndv_send`].
+//! rail needs it and hands over to [`super::rndv_read`],
+//! [`super::rndv_send`] or [`super::rndv_msg`] (which registers nothing:
+//! its data travels through bounce buffers).
 
 use super::action::{Access, Event, Out, Status};
 use super::ids::{Cookie, MrId, PeerId, ReqId, RndvId};
 use super::peers::has;
 use super::recv::PostedRecv;
+use super::rndv_msg::{MsgRecv, MsgSend};
 use super::txq::{AfterSend, ChunkOwner, MrUse};
 use super::{Core, CoreError, Stats};
 use crate::config::Fault;
@@ -32,6 +34,8 @@ pub(super) struct SendRndv {
     pub(super) failed: bool,
     /// The receiver knows the transfer failed (told, or it told us).
     pub(super) abort_sent: bool,
+    /// Message rendezvous: what is sent so far (set by the CTS).
+    pub(super) msg: Option<MsgSend>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +75,8 @@ pub(super) struct RecvRndv {
     pub(super) cts_sent: bool,
     /// The sender knows the transfer failed (told, or it told us).
     pub(super) abort_sent: bool,
+    /// Message rendezvous: which data packets arrived.
+    pub(super) msg: Option<MsgRecv>,
 }
 
 impl Core {
@@ -82,7 +88,15 @@ impl Core {
         let rail = self.peers[s.peer.index()].rail;
         let prof = &self.rails[rail.index()].profile;
         let (read, mr_local) = (prof.rndv_read, prof.mr_local);
-        if !read && !prof.tagged {
+        let msg = !read && prof.rndv_msg;
+        if msg && self.data_chunk(s.peer) == 0 {
+            return Err(CoreError(format!(
+                "the eager limit of {} bytes leaves no room for rendezvous data packets: \
+                 raise mtl_rustofi_eager_limit",
+                self.peers[s.peer.index()].eager_limit
+            )));
+        }
+        if !read && !msg && !prof.tagged {
             return Err(CoreError(format!(
                 "provider {} offers neither FI_RMA nor FI_TAGGED: a message of {} bytes \
                  (above the eager limit of {} bytes) cannot be sent",
@@ -99,7 +113,9 @@ impl Core {
         let cookie = self.new_cookie();
         let mut hdr = self.matchable_header(s.peer, Kind::Rts, s.ctx, s.src, s.tag, len);
         hdr.cookie = cookie.0;
-        if !read {
+        if msg {
+            hdr.flags |= wire::FLAG_RNDV_MSG;
+        } else if !read {
             hdr.flags |= wire::FLAG_RNDV_SEND;
         }
         let mut r = SendRndv {
@@ -111,8 +127,9 @@ impl Core {
             outstanding: 0,
             failed: false,
             abort_sent: false,
+            msg: None,
         };
-        if read || mr_local {
+        if !msg && (read || mr_local) {
             let access = if read {
                 Access::RemoteRead
             } else {
@@ -155,7 +172,7 @@ impl Core {
         let rail = self.peers[peer.index()].rail;
         match result {
             Ok(key) => {
-                if !has(&hdr, wire::FLAG_RNDV_SEND) {
+                if !has(&hdr, wire::FLAG_RNDV_SEND | wire::FLAG_RNDV_MSG) {
                     hdr.ext0 = if self.rails[rail.index()].profile.mr_virt_addr {
                         s.buf.region().addr as u64
                     } else {
@@ -256,7 +273,21 @@ impl Core {
             return;
         }
         let want = hdr.len.min(p.buf.len() as u64) as usize;
-        let read = !has(hdr, wire::FLAG_RNDV_SEND);
+        let msg = has(hdr, wire::FLAG_RNDV_MSG);
+        let read = !msg && !has(hdr, wire::FLAG_RNDV_SEND);
+        let rail = self.peers[peer.index()].rail;
+        if !read && !msg && !self.rails[rail.index()].profile.tagged {
+            // The sender asked for tagged data, which this rank does not
+            // use (mtl_rustofi_tagged = off, or no FI_TAGGED).
+            self.count_error();
+            self.error("a rendezvous by tagged send arrived, but FI_TAGGED is not in use here");
+            let mut fin = self.header(Kind::Fin);
+            fin.cookie = hdr.cookie;
+            fin.status = 1;
+            self.send_ctrl(peer, &fin, out);
+            self.recv_done(p.req, env, 0, Status::Failed, out);
+            return;
+        }
         let mut key = hdr.ext1;
         if read && self.fault == Fault::RmaKey {
             self.fault = Fault::None;
@@ -264,6 +295,11 @@ impl Core {
         }
         let tag_base = if read {
             0
+        } else if msg {
+            // A token that tells this transfer's data from a late packet
+            // of an earlier one that held the same slot.
+            self.next_tag_base += 1;
+            self.next_tag_base
         } else {
             let t = self.next_tag_base & super::rndv_send::TAG_ID_MASK;
             self.next_tag_base += 1;
@@ -288,8 +324,12 @@ impl Core {
             registering: false,
             cts_sent: false,
             abort_sent: false,
+            msg: None,
         });
-        let rail = self.peers[peer.index()].rail;
+        if msg {
+            self.grant_msg(id, out);
+            return;
+        }
         if want > 0 && self.rails[rail.index()].profile.mr_local {
             let access = if read { Access::Read } else { Access::Recv };
             let region = p.buf.region().slice(0, want);

@@ -55,6 +55,8 @@ pub(super) enum AfterSend {
     Sync(Cookie),
     /// The RTS of a rendezvous send.
     Rts(Cookie),
+    /// A data packet of a message rendezvous.
+    Data(Cookie),
 }
 
 /// A packet: header(s) and, for copied eager sends, payload in `buf`.
@@ -387,13 +389,17 @@ impl Core {
         self.rails[op.rail().index()].inflight -= op.takes_credit() as usize;
         match op {
             Op::Packet(p) => {
-                if let AfterSend::Complete(req) = p.then {
+                let then = p.then;
+                if let AfterSend::Complete(req) = then {
                     out.events.push(Event::Send {
                         req,
                         status: Status::Ok,
                     });
                 }
                 self.packet_done(p, out);
+                if let AfterSend::Data(cookie) = then {
+                    self.data_sent(cookie, false, out);
+                }
             }
             Op::Chunk(c) => self.chunk_done(c.owner, false, out),
         }
@@ -481,6 +487,7 @@ impl Core {
                         }
                     }
                     AfterSend::Rts(cookie) => self.rndv_send_failed(cookie, out),
+                    AfterSend::Data(cookie) => self.data_sent(cookie, true, out),
                 }
                 self.packet_done(p, out);
                 // The packet may have held a sequence number the peer waits

@@ -299,6 +299,10 @@ impl World {
                         .ok()
                         .map(|h| h.kind)
                 });
+                if kind == Some(crate::wire::Kind::Data) {
+                    // A message rendezvous's data packet is its chunk.
+                    self.maybe_die_on_chunk(n, to);
+                }
                 let inj = self.ask(n, PostKind::Send, Some(op), None, kind);
                 let fails = self.nodes[n].fails.get(&op).copied().unwrap_or(0);
                 // A recovering provider: random failures stop before the

@@ -36,6 +36,10 @@ pub(crate) const PROFILES: &[&str] = &[
     "efa-shm",
     "tiny",
     "tiny-send",
+    "efa-direct",
+    "efa-direct-msg",
+    "msg-only",
+    "tiny-msg",
 ];
 
 /// Fault set names, for the test matrix and `SIM_FAULT`.
@@ -69,6 +73,7 @@ fn rail(
         zero_copy,
         rndv_read,
         tagged,
+        rndv_msg: false,
         chunk,
         tx_depth,
         rx_count,
@@ -89,6 +94,23 @@ fn efa(virt: bool) -> RailProfile {
         true,
         false,
         16384,
+        8,
+        8,
+    )
+}
+
+fn efa_direct() -> RailProfile {
+    rail(
+        "efa-direct",
+        RailKind::Net,
+        true,
+        false,
+        true,
+        8192 - BASE_LEN,
+        false,
+        true,
+        false,
+        8192,
         8,
         8,
     )
@@ -224,6 +246,51 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
             1,
             2,
         )),
+        // libfabric's efa-direct: FI_MSG and FI_RMA, no FI_TAGGED, messages
+        // of at most about 8 KiB (so reads are split as finely), FI_MR_LOCAL
+        // and provider keys. The rendezvous reads.
+        "efa-direct" => one(efa_direct()),
+        // The same with the message rendezvous forced (rndv_protocol = msg).
+        "efa-direct-msg" => one(RailProfile {
+            rndv_msg: true,
+            ..efa_direct()
+        }),
+        // FI_MSG alone (no RMA, no tagged): the message rendezvous.
+        "msg-only" => one(RailProfile {
+            rndv_msg: true,
+            ..rail(
+                "msg-only",
+                RailKind::Net,
+                false,
+                false,
+                false,
+                4096,
+                false,
+                false,
+                false,
+                8192,
+                16,
+                16,
+            )
+        }),
+        // The message rendezvous with queues as small as they go.
+        "tiny-msg" => one(RailProfile {
+            rndv_msg: true,
+            ..rail(
+                "tiny-msg",
+                RailKind::Net,
+                true,
+                false,
+                true,
+                1024,
+                false,
+                false,
+                false,
+                2048,
+                1,
+                2,
+            )
+        }),
         // EFA between hosts, shm between the two nodes of a host.
         "efa-shm" => Rails {
             profiles: vec![efa(false), shm()],

@@ -46,7 +46,10 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
             c.runs
         )
     };
-    let can_rndv = rails.profiles.iter().any(|p| p.rndv_read || p.tagged);
+    let can_rndv = rails
+        .profiles
+        .iter()
+        .any(|p| p.rndv_read || p.tagged || p.rndv_msg);
     want("receives", c.recv_ok);
     want("truncated receives", c.truncated);
     want("empty messages", c.empty);
@@ -68,13 +71,29 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
     if faults.any_error() && (fault != "reg" || registers) {
         want("errors", c.errors);
     }
-    if can_rndv && matches!(fault, "cqerr" | "posthard" | "death" | "mixed") {
+    // A failed packet is resent and fails a transfer only if every resend
+    // fails too; a failed rendezvous chunk (read, tagged) fails at once. So
+    // error completions fail transfers where chunks exist; without them
+    // (message rendezvous) only deaths do, reliably.
+    let chunks = rails
+        .profiles
+        .iter()
+        .any(|p| p.rndv_read || (p.tagged && !p.rndv_msg));
+    let failing = if chunks {
+        matches!(fault, "cqerr" | "posthard" | "death" | "mixed")
+    } else {
+        fault == "death"
+    };
+    if can_rndv && failing {
         want("failed receives", c.recv_failed);
         want("failed sends", c.send_failed);
     }
     // The send rendezvous withdraws the tagged receives of a transfer
     // whose sender failed or died.
-    let send_rndv = rails.profiles.iter().any(|p| !p.rndv_read && p.tagged);
+    let send_rndv = rails
+        .profiles
+        .iter()
+        .any(|p| !p.rndv_read && !p.rndv_msg && p.tagged);
     if send_rndv && matches!(fault, "cqerr" | "death" | "mixed") {
         want("cancelled tagged receives", c.chunks_cancelled);
     }
@@ -128,6 +147,26 @@ fn sim_sockets() {
 #[test]
 fn sim_no_rma_no_tagged() {
     matrix("bare");
+}
+
+#[test]
+fn sim_efa_direct() {
+    matrix("efa-direct");
+}
+
+#[test]
+fn sim_efa_direct_msg_rendezvous() {
+    matrix("efa-direct-msg");
+}
+
+#[test]
+fn sim_msg_only() {
+    matrix("msg-only");
+}
+
+#[test]
+fn sim_tiny_queues_msg_rendezvous() {
+    matrix("tiny-msg");
 }
 
 #[test]
