@@ -326,8 +326,10 @@ run_test() {
         # write past the receive buffer on truncation in Open MPI 4.1.4.
         cmd+=(--mca pml ob1 --mca btl_vader_single_copy_mechanism none)
     else
-        cmd+=(--mca mtl rustofi --mca mtl_rustofi_provider_include "$prov"
-            --mca mtl_rustofi_verbose 1)
+        cmd+=(--mca mtl rustofi --mca mtl_rustofi_provider_include "$prov")
+        if [[ ",$variant" != *",verbose="* ]]; then
+            cmd+=(--mca mtl_rustofi_verbose 1)
+        fi
         if [[ ",$variant" != *",shm="* ]]; then
             cmd+=(--mca mtl_rustofi_shm off)
         fi
@@ -695,6 +697,25 @@ if has_provider tcp; then
     run_test order_wildcard tcp 2 "clean shm_peers=0 net_peers=4" shm=off
 fi
 
+# FI_TAGGED never asked for (tagged=off; verbose 2 prints the capabilities
+# fi_getinfo was asked for), and the message rendezvous (data packets over
+# plain sends into bounce buffers) forced where RMA would be used.
+for prov in $PROVIDERS; do
+    run_test big_checksum "$prov" 2 "clean rndv>=4 grep=asked.caps=FI_MSG|FI_RMA|FI_READ|FI_REMOTE_READ.tagged=off" \
+        tagged=off verbose=2
+    for prog in truncate probe_cancel order_wildcard collectives; do
+        run_test "$prog" "$prov" 2 "" tagged=off
+    done
+done
+for prov in tcp shm; do
+    has_provider $prov || continue
+    run_test big_checksum $prov 2 "clean rndv>=4 grep=rndv=msg" rndv_protocol=msg verbose=2
+    for prog in truncate vector_type probe_cancel order_wildcard issend; do
+        run_test "$prog" $prov 2 "" rndv_protocol=msg tagged=off
+    done
+    run_test big_checksum $prov 2 "clean rndv>=4" rndv_protocol=msg -- 67108867
+done
+
 for prov in tcp shm; do
     if has_provider $prov; then
         run_test huge $prov 2 "clean rndv>=1 recv_bytes>=2147483647"
@@ -718,6 +739,9 @@ if [[ -z "$BASELINE" ]]; then
     check_bad_input badinput_coalesce 1 "mtl_rustofi_coalesce" \
         --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
         --mca mtl_rustofi_coalesce 5
+    check_bad_input badinput_tagged_send 1 "mtl_rustofi_tagged mtl_rustofi_rndv_protocol" \
+        --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
+        --mca mtl_rustofi_tagged off --mca mtl_rustofi_rndv_protocol send
     check_bad_input badinput_shm 1 "mtl_rustofi_shm" \
         --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
         --mca mtl_rustofi_shm sometimes
