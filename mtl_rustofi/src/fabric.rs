@@ -331,6 +331,10 @@ impl<'a> Info<'a> {
         // SAFETY: tx_attr is always allocated in fi_getinfo results.
         unsafe { (*self.raw.tx_attr).iov_limit }
     }
+    pub(crate) fn inject_size(&self) -> usize {
+        // SAFETY: tx_attr is always allocated in fi_getinfo results.
+        unsafe { (*self.raw.tx_attr).inject_size }
+    }
     pub(crate) fn tx_size(&self) -> usize {
         // SAFETY: tx_attr is always allocated in fi_getinfo results.
         unsafe { (*self.raw.tx_attr).size }

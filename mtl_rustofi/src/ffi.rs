@@ -322,7 +322,7 @@ pub unsafe extern "C" fn rustofi_init(
                 engine.caps
             ));
             crate::log::info(&format!(
-                "rustofi: rank={} api={} (libfabric {}, headers {}) asked caps={} tagged={}",
+                "rustofi: fi_getinfo rank={} api={} (libfabric {}, headers {}) asked caps={} tagged={}",
                 cfg.rank,
                 crate::fabric::version_text(crate::fabric::api_version()),
                 crate::fabric::version_text(crate::fabric::runtime_version()),

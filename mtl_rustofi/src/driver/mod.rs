@@ -238,8 +238,24 @@ impl Driver {
                     rail,
                     dest,
                     head,
+                    inject: true,
+                    ..
+                } => match self.inject(rail, dest, head) {
+                    // Copied by the provider, and no completion will come.
+                    Ok(()) => {
+                        core.on_complete(op, out);
+                        continue;
+                    }
+                    Err(e) => (Posted::Op(op), Err(e)),
+                },
+                Action::Send {
+                    op,
+                    rail,
+                    dest,
+                    head,
                     mr,
                     payload,
+                    inject: false,
                 } => (Posted::Op(op), self.send(op, rail, dest, head, mr, payload)),
                 other => match self.execute_other(other, core, out) {
                     Some(failed) => failed,
@@ -427,6 +443,15 @@ impl Driver {
         // SAFETY: the packet lives in the core's bounce buffer until this
         // operation is reported; the context is boxed by the driver.
         posted(unsafe { sys::fi_send(ep, head.addr as *const c_void, head.len, desc, dest.0, ctx) })
+    }
+
+    /// `fi_inject` of a packet in a bounce buffer: no descriptor (even
+    /// under FI_MR_LOCAL) and no context, since it generates no completion.
+    fn inject(&mut self, rail: RailId, dest: FiAddr, head: Region) -> Result<(), PostError> {
+        let ep = self.rails[rail.index()].ep().raw();
+        // SAFETY: the packet lives in the core's bounce buffer for the
+        // duration of the call; the provider has copied it when it returns.
+        posted(unsafe { sys::fi_inject(ep, head.addr as *const c_void, head.len, dest.0) })
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -112,6 +112,7 @@ impl FabricRail {
             // Some providers (udp;ofi_rxd) accept more than their queue
             // depth without EAGAIN and then stall, so the core queues the
             // excess itself.
+            inject_size: info.inject_size(),
             tx_depth: info.tx_size().clamp(16, 1 << 20),
             rx_count: settings.rx_buffers.min(info.rx_size().max(8)),
         };

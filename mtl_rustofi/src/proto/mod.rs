@@ -85,6 +85,10 @@ pub(crate) struct RailProfile {
     /// precedence over the tagged rendezvous.
     pub(crate) rndv_msg: bool,
     pub(crate) chunk: usize,
+    /// Largest packet the provider takes with `fi_inject` (0: none).
+    /// Packets copied into a bounce buffer and no larger go that way: the
+    /// provider copies them at once and reports no completion.
+    pub(crate) inject_size: usize,
     /// Most transmit operations in flight (the provider's tx queue depth).
     pub(crate) tx_depth: usize,
     /// Receive bounce buffers the driver holds for this rail.

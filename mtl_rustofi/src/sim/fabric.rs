@@ -303,6 +303,8 @@ pub(crate) struct World {
     pub(crate) cancel_lost: usize,
     /// Packets delivered twice.
     pub(crate) dups: usize,
+    /// Packets sent with (simulated) fi_inject: no completion generated.
+    pub(crate) injected: usize,
 }
 
 /// FNV-1a, to notice memory that changed under a posted operation.
@@ -420,6 +422,7 @@ impl World {
             cancel_won: 0,
             cancel_lost: 0,
             dups: 0,
+            injected: 0,
         }
     }
 

@@ -74,6 +74,9 @@ fn rail(
         rndv_read,
         tagged,
         rndv_msg: false,
+        // Set per profile below: most providers' inject sizes would take
+        // every control packet.
+        inject_size: 0,
         chunk,
         tx_depth,
         rx_count,
@@ -117,20 +120,24 @@ fn efa_direct() -> RailProfile {
 }
 
 fn shm() -> RailProfile {
-    rail(
-        "shm",
-        RailKind::Shm,
-        false,
-        true,
-        false,
-        4048,
-        false,
-        true,
-        true,
-        32768,
-        16,
-        16,
-    )
+    // shm injects up to 4 KiB.
+    RailProfile {
+        inject_size: 4096,
+        ..rail(
+            "shm",
+            RailKind::Shm,
+            false,
+            true,
+            false,
+            4048,
+            false,
+            true,
+            true,
+            32768,
+            16,
+            16,
+        )
+    }
 }
 
 /// The rails of a named profile.
@@ -158,20 +165,23 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
             4,
             8,
         )),
-        "tcp-rxm" => one(rail(
-            "tcp;ofi_rxm",
-            RailKind::Net,
-            false,
-            true,
-            false,
-            65536,
-            true,
-            true,
-            true,
-            32768,
-            32,
-            16,
-        )),
+        "tcp-rxm" => one(RailProfile {
+            inject_size: 16320,
+            ..rail(
+                "tcp;ofi_rxm",
+                RailKind::Net,
+                false,
+                true,
+                false,
+                65536,
+                true,
+                true,
+                true,
+                32768,
+                32,
+                16,
+            )
+        }),
         "udp-rxd" => one(rail(
             "udp;ofi_rxd",
             RailKind::Net,
@@ -258,6 +268,7 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
         // FI_MSG alone (no RMA, no tagged): the message rendezvous.
         "msg-only" => one(RailProfile {
             rndv_msg: true,
+            inject_size: 256,
             ..rail(
                 "msg-only",
                 RailKind::Net,
@@ -276,6 +287,7 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
         // The message rendezvous with queues as small as they go.
         "tiny-msg" => one(RailProfile {
             rndv_msg: true,
+            inject_size: 64,
             ..rail(
                 "tiny-msg",
                 RailKind::Net,

@@ -104,6 +104,9 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
         }
         want("receives cancelled at the end", c.cancelled_at_end);
     }
+    if rails.profiles.iter().any(|p| p.inject_size > 0) {
+        want("injected packets", c.injected);
+    }
     if fault == "dup" {
         want("duplicated packets", c.dups);
     }
