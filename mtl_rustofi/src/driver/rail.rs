@@ -20,6 +20,7 @@ pub(crate) struct Caps {
     pub(crate) mr_prov_key: bool,
     pub(crate) mr_endpoint: bool,
     pub(crate) max_msg: usize,
+    pub(crate) inject_size: usize,
 }
 
 /// An open endpoint. Fields drop in declaration order: endpoint, completion
@@ -59,6 +60,7 @@ impl FabricRail {
             mr_prov_key: mr_mode & sys::FI_MR_PROV_KEY != 0,
             mr_endpoint: mr_mode & sys::FI_MR_ENDPOINT != 0,
             max_msg: info.max_msg_size().max(4096),
+            inject_size: info.inject_size(),
         };
         let eager_limit = settings
             .eager_limit
@@ -112,7 +114,7 @@ impl FabricRail {
             // Some providers (udp;ofi_rxd) accept more than their queue
             // depth without EAGAIN and then stall, so the core queues the
             // excess itself.
-            inject_size: info.inject_size(),
+            inject_size: caps.inject_size,
             tx_depth: info.tx_size().clamp(16, 1 << 20),
             rx_count: settings.rx_buffers.min(info.rx_size().max(8)),
         };

@@ -23,6 +23,7 @@ mod checks;
 mod defects;
 mod driver;
 mod fabric;
+mod msg_cases;
 mod profiles;
 mod rng;
 mod run;

@@ -262,6 +262,7 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
         "efa-direct" => one(efa_direct()),
         // The same with the message rendezvous forced (rndv_protocol = msg).
         "efa-direct-msg" => one(RailProfile {
+            rndv_read: false,
             rndv_msg: true,
             ..efa_direct()
         }),
