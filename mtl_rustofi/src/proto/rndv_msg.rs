@@ -192,8 +192,9 @@ impl Core {
         };
         let off = hdr.ext0 as usize;
         let piece = off / m.chunk;
-        let fits =
-            off % m.chunk == 0 && off < r.want && payload.len() == (r.want - off).min(m.chunk);
+        let fits = off.is_multiple_of(m.chunk)
+            && off < r.want
+            && payload.len() == (r.want - off).min(m.chunk);
         if !fits {
             let why = format!(
                 "rendezvous data of {} bytes at offset {off} does not fit a grant of {} \
