@@ -491,6 +491,30 @@ mod tests {
     }
 
     #[test]
+    fn data_packet_carries_offset_token_and_payload() {
+        let mut h = sample(Kind::Data);
+        h.flags = 0;
+        h.ext0 = 1 << 33;
+        h.ext1 = 77;
+        let mut pkt = vec![0u8; EXT_LEN + 5];
+        assert_eq!(h.encode(&mut pkt), EXT_LEN);
+        assert_eq!(Header::decode(&pkt), Ok(h));
+        assert_eq!(Header::decode_prefix(&pkt), Ok((h, EXT_LEN + 5)));
+        // The payload must be exactly `len` bytes.
+        for n in [EXT_LEN + 4, EXT_LEN + 6] {
+            let mut p = vec![0u8; n];
+            h.encode(&mut p);
+            assert!(matches!(
+                Header::decode(&p),
+                Err(DecodeError::LengthMismatch {
+                    kind: Kind::Data,
+                    ..
+                })
+            ));
+        }
+    }
+
+    #[test]
     fn control_kinds_roundtrip() {
         for kind in [Kind::Fin, Kind::SyncAck] {
             let h = sample(kind);
