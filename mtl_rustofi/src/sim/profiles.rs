@@ -211,7 +211,9 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
             32,
             16,
         )),
-        // Neither FI_RMA nor FI_TAGGED: only eager messages can be sent.
+        // Neither FI_RMA nor FI_TAGGED, and no message rendezvous (the
+        // driver would choose it; left out here so the core's refusal of a
+        // send it cannot carry stays covered): only eager messages go.
         "bare" => one(rail(
             "bare",
             RailKind::Net,
