@@ -166,7 +166,7 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
             8,
         )),
         "tcp-rxm" => one(RailProfile {
-            inject_size: 16320,
+            inject_size: 64,
             ..rail(
                 "tcp;ofi_rxm",
                 RailKind::Net,
