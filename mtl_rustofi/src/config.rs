@@ -42,6 +42,9 @@ pub(crate) enum Fault {
 pub(crate) struct Settings {
     pub include: Vec<String>,
     pub exclude: Vec<String>,
+    /// NICs (domains) of the provider this rank may use (empty: any; see
+    /// [`crate::nic::choose`]).
+    pub nic: Vec<String>,
     /// Largest eager payload; `None` picks it per provider
     /// ([`default_eager_limit`]).
     pub eager_limit: Option<usize>,
@@ -56,6 +59,8 @@ pub(crate) struct Settings {
     /// Coalesce back-to-back small eager sends to a peer into one packet
     /// while an earlier packet to it is in flight.
     pub coalesce: bool,
+    /// Most unused registrations of user buffers kept for reuse (0: none).
+    pub mr_cache: usize,
     /// The user named this component (`--mca mtl rustofi`) or set its
     /// provider list: software providers may then be used.
     pub explicit: bool,
@@ -73,6 +78,7 @@ pub(crate) struct RawParams<'a> {
     pub include_set: bool,
     pub exclude: Option<&'a str>,
     pub exclude_set: bool,
+    pub nic: Option<&'a str>,
     pub eager_limit: i64,
     pub rndv_protocol: Option<&'a str>,
     pub tagged: Option<&'a str>,
@@ -82,10 +88,13 @@ pub(crate) struct RawParams<'a> {
     pub fault_inject: Option<&'a str>,
     pub shm: Option<&'a str>,
     pub coalesce: i64,
+    pub mr_cache_size: i64,
     pub named: bool,
 }
 
 pub(crate) const MAX_EAGER: i64 = 1 << 20;
+/// Most cached registrations `mtl_rustofi_mr_cache_size` may ask for.
+pub(crate) const MAX_MR_CACHE: i64 = 65536;
 /// `mtl_rustofi_eager_limit = -1`: pick the limit per provider.
 pub(crate) const EAGER_AUTO: i64 = -1;
 
@@ -125,7 +134,7 @@ pub(crate) fn rxm_buffer_env(eager: usize) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn split_list(s: Option<&str>) -> Vec<String> {
+pub(crate) fn split_list(s: Option<&str>) -> Vec<String> {
     s.unwrap_or("")
         .split(',')
         .map(|x| x.trim().to_ascii_lowercase())
@@ -133,8 +142,9 @@ fn split_list(s: Option<&str>) -> Vec<String> {
         .collect()
 }
 
-/// Checks every parameter; the error text names the offending parameter.
-pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
+/// Checks the two provider lists together: include set but empty, or both
+/// set. A separate step so that these get their own help topic.
+pub(crate) fn validate_lists(p: &RawParams<'_>) -> Result<(), String> {
     let include = split_list(p.include);
     let exclude = split_list(p.exclude);
     if p.include_set && include.is_empty() {
@@ -151,6 +161,14 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
                 .into(),
         );
     }
+    Ok(())
+}
+
+/// Checks every parameter; the error text names the offending parameter.
+pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
+    validate_lists(p)?;
+    let include = split_list(p.include);
+    let exclude = split_list(p.exclude);
     if p.eager_limit != EAGER_AUTO && !(0..=MAX_EAGER).contains(&p.eager_limit) {
         return Err(format!(
             "mtl_rustofi_eager_limit = {} is invalid: it must be between 0 and {} bytes, \
@@ -233,9 +251,16 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
             p.coalesce
         ));
     }
+    if !(0..=MAX_MR_CACHE).contains(&p.mr_cache_size) {
+        return Err(format!(
+            "mtl_rustofi_mr_cache_size = {} is invalid: use 0 (no cache) to {MAX_MR_CACHE}",
+            p.mr_cache_size
+        ));
+    }
     Ok(Settings {
         include,
         exclude,
+        nic: split_list(p.nic),
         eager_limit: (p.eager_limit != EAGER_AUTO).then_some(p.eager_limit as usize),
         rndv,
         tagged,
@@ -245,6 +270,7 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         fault,
         shm,
         coalesce: p.coalesce == 1,
+        mr_cache: p.mr_cache_size as usize,
         explicit: p.named || p.include_set,
     })
 }
@@ -287,6 +313,7 @@ pub(crate) const NUMERIC_PARAMS: &[&str] = &[
     "rndv_chunk_size",
     "rx_buffers",
     "coalesce",
+    "mr_cache_size",
 ];
 
 /// Open MPI parses integers leniently ("abc" reads as 0, "12x" as 12). This
@@ -407,6 +434,7 @@ mod tests {
         RawParams {
             eager_limit: EAGER_AUTO,
             coalesce: 1,
+            mr_cache_size: 64,
             chunk: 1 << 26,
             rx_buffers: 256,
             ..Default::default()
