@@ -118,22 +118,25 @@ ASSERT_FIELD(RustofiConfig, coalesce, RUSTOFI_LAYOUT_CONFIG_COALESCE);
 ASSERT_FIELD(RustofiConfig, named, RUSTOFI_LAYOUT_CONFIG_NAMED);
 ASSERT_FIELD(RustofiConfig, my_name, RUSTOFI_LAYOUT_CONFIG_MY_NAME);
 ASSERT_FIELD(RustofiConfig, rank, RUSTOFI_LAYOUT_CONFIG_RANK);
+ASSERT_FIELD(RustofiConfig, priority, RUSTOFI_LAYOUT_CONFIG_PRIORITY);
 _Static_assert(sizeof(RustofiConfig) == RUSTOFI_LAYOUT_CONFIG_SIZE,
                "size of RustofiConfig differs from ffi.rs");
 
 /* ------------------------------------------------------------------ */
 /* MCA parameters                                                      */
 
-static int param_priority = 25;
+/* Numeric parameters are all registered as 64-bit longs (see the table in
+ * rustofi_component_register). */
+static long param_priority = 25;
 static char *param_include = NULL;
 static char *param_exclude = NULL;
-static int param_eager_limit = -1;
-static int param_verbose = 0;
+static long param_eager_limit = -1;
+static long param_verbose = 0;
 static char *param_rndv_protocol = NULL;
 static char *param_shm = NULL;
-static int param_coalesce = 1;
+static long param_coalesce = 1;
 static long param_rndv_chunk = 64L * 1024 * 1024;
-static int param_rx_buffers = 256;
+static long param_rx_buffers = 256;
 static char *param_fault_inject = NULL;
 static int idx_include = -1;
 static int idx_exclude = -1;
@@ -171,10 +174,26 @@ mca_mtl_base_component_2_0_0_t mca_mtl_rustofi_component = {
 #endif
 };
 
-static int reg_int(const char *name, const char *help, int level, int *storage)
+/*
+ * A numeric parameter. Registered as a 64-bit long whatever its range, so
+ * Open MPI takes any value it can parse without a message of its own (as
+ * an int, a value that does not fit draws Open MPI's "invalid value" and
+ * silently keeps the default); the Rust side checks the range and declines
+ * with one message naming the parameter. The range rule comes from the
+ * Rust table (rustofi_param_rule) and is appended to the help text.
+ */
+static int reg_long(const char *name, const char *help, int level, long *storage)
 {
-    return mca_base_component_var_register(&mca_mtl_rustofi_component.mtl_version, name, help,
-                                           MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, level,
+    const char *rule = rustofi_param_rule(name);
+    char text[1024];
+    if (NULL == rule) {
+        opal_output(0, "mtl_rustofi: parameter %s has no range rule", name);
+        return OPAL_ERROR;
+    }
+    snprintf(text, sizeof(text), "%s (range: %s)", help, rule);
+    /* The variable system keeps its own copy of the help text. */
+    return mca_base_component_var_register(&mca_mtl_rustofi_component.mtl_version, name, text,
+                                           MCA_BASE_VAR_TYPE_LONG, NULL, 0, 0, level,
                                            MCA_BASE_VAR_SCOPE_READONLY, storage);
 }
 
@@ -224,9 +243,9 @@ static int rustofi_component_register(void)
         rustofi_wrong_series = true;
         return OMPI_SUCCESS;
     }
-    reg_int("priority",
-            "Priority of the rustofi MTL; pml cm competes with pml ob1 (20) at this value",
-            OPAL_INFO_LVL_3, &param_priority);
+    reg_long("priority",
+             "Priority of the rustofi MTL; pml cm competes with pml ob1 (20) at this value",
+             OPAL_INFO_LVL_3, &param_priority);
     idx_include = reg_string(
         "provider_include",
         "Comma-separated libfabric providers to use, first usable wins (e.g. efa, tcp, udp, shm, "
@@ -239,25 +258,24 @@ static int rustofi_component_register(void)
         "provider_include. When neither is set and the component is not named with --mca mtl, "
         "software providers (shm, sockets, tcp, udp, rstream, net) are excluded",
         OPAL_INFO_LVL_1, &param_exclude);
-    reg_int("eager_limit",
-            "Largest message (bytes, 0..1048576) sent eagerly; larger ones use the rendezvous "
-            "protocol. -1 (default) picks it per provider: 65536 for tcp (rxm's bounce buffers "
-            "are enlarged to match unless FI_OFI_RXM_BUFFER_SIZE is set), 4048 for shm (its "
-            "inject size less our header), 8192 for the others",
-            OPAL_INFO_LVL_3, &param_eager_limit);
-    reg_int("verbose",
-            "Verbosity: 1 prints one line of traffic counters per rank at finalize, 2 also the "
-            "chosen provider and capabilities at startup",
-            OPAL_INFO_LVL_1, &param_verbose);
+    reg_long("eager_limit",
+             "Largest message sent eagerly; larger ones use the rendezvous protocol. -1 "
+             "(default) picks it per provider: 65536 for tcp (rxm's bounce buffers are enlarged "
+             "to match unless FI_OFI_RXM_BUFFER_SIZE is set), 4048 for shm (its inject size "
+             "less our header), 8192 for the others",
+             OPAL_INFO_LVL_3, &param_eager_limit);
+    reg_long("verbose",
+             "Verbosity: 1 prints one line of traffic counters per rank at finalize, 2 also the "
+             "chosen provider and capabilities at startup",
+             OPAL_INFO_LVL_1, &param_verbose);
     reg_string("rndv_protocol",
                "Rendezvous data path: auto (RMA read when the provider has FI_RMA, else send), "
                "read, or send",
                OPAL_INFO_LVL_5, &param_rndv_protocol);
-    mca_base_component_var_register(&mca_mtl_rustofi_component.mtl_version, "rndv_chunk_size",
-                                    "Largest single libfabric transfer of a rendezvous (bytes, at "
-                                    "least 4096; also capped by the provider's max_msg_size)",
-                                    MCA_BASE_VAR_TYPE_LONG, NULL, 0, 0, OPAL_INFO_LVL_5,
-                                    MCA_BASE_VAR_SCOPE_READONLY, &param_rndv_chunk);
+    reg_long("rndv_chunk_size",
+             "Largest single libfabric transfer of a rendezvous (also capped by the provider's "
+             "max_msg_size)",
+             OPAL_INFO_LVL_5, &param_rndv_chunk);
     param_shm = "auto";
     reg_string("shm",
                "Reach peers on the same host through libfabric's shm provider beside the network "
@@ -266,13 +284,13 @@ static int rustofi_component_register(void)
                "efa, which already routes same-host peers through shm itself, and when the "
                "provider is shm), on, or off",
                OPAL_INFO_LVL_3, &param_shm);
-    reg_int("coalesce",
-            "1: back-to-back small eager sends to one peer, issued while an earlier packet to "
-            "it is still in flight, share one packet (sent at the next call into the MTL that "
-            "is not such a send, or when full); 0: every message is its own packet",
-            OPAL_INFO_LVL_4, &param_coalesce);
-    reg_int("rx_buffers", "Receive bounce buffers kept posted (8..65536)", OPAL_INFO_LVL_5,
-            &param_rx_buffers);
+    reg_long("coalesce",
+             "1: back-to-back small eager sends to one peer, issued while an earlier packet to "
+             "it is still in flight, share one packet (sent at the next call into the MTL that "
+             "is not such a send, or when full); 0: every message is its own packet",
+             OPAL_INFO_LVL_4, &param_coalesce);
+    reg_long("rx_buffers", "Receive bounce buffers kept posted", OPAL_INFO_LVL_5,
+             &param_rx_buffers);
     reg_string("fault_inject",
                "Testing only: none, rma_key (corrupt the key of the next rendezvous read so the "
                "provider reports a completion error) or bad_packet (send one malformed packet)",
@@ -359,7 +377,9 @@ static mca_mtl_base_module_t rustofi_module = {
 
 static int rustofi_component_query(mca_base_module_t **module, int *priority)
 {
-    *priority = param_priority;
+    /* A priority outside its range makes init decline with a message;
+     * until then it must still fit the int Open MPI asks for. */
+    *priority = param_priority < 0 ? 0 : param_priority > 1000 ? 1000 : (int) param_priority;
     *module = (mca_base_module_t *) &rustofi_module;
     return OMPI_SUCCESS;
 }
@@ -494,6 +514,7 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
         .fault_inject = param_fault_inject,
         .shm = param_shm,
         .coalesce = param_coalesce,
+        .priority = param_priority,
         .named = rustofi_named(),
         .my_name = proc_name64(OMPI_PROC_MY_NAME),
         .rank = (int64_t) OMPI_PROC_MY_NAME->vpid,

@@ -76,10 +76,14 @@ pub(crate) struct RawParams<'a> {
     pub fault_inject: Option<&'a str>,
     pub shm: Option<&'a str>,
     pub coalesce: i64,
+    pub priority: i64,
     pub named: bool,
+    /// The text of numeric values as the user wrote them, where known
+    /// (from the environment): read exactly rather than as Open MPI's
+    /// lenient conversion gave them ([`crate::params::parse`]).
+    pub texts: Vec<(&'static str, String)>,
 }
 
-pub(crate) const MAX_EAGER: i64 = 1 << 20;
 /// `mtl_rustofi_eager_limit = -1`: pick the limit per provider.
 pub(crate) const EAGER_AUTO: i64 = -1;
 
@@ -145,13 +149,19 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
                 .into(),
         );
     }
-    if p.eager_limit != EAGER_AUTO && !(0..=MAX_EAGER).contains(&p.eager_limit) {
-        return Err(format!(
-            "mtl_rustofi_eager_limit = {} is invalid: it must be between 0 and {} bytes, \
-             or -1 for the provider's default",
-            p.eager_limit, MAX_EAGER
-        ));
-    }
+    // Every numeric value against its rule in params::NUMERIC.
+    let num = |name: &str, value: i64| {
+        let spec = crate::params::spec(name)
+            .ok_or_else(|| format!("mtl_rustofi_{name} has no entry in the parameter table"))?;
+        let text = p.texts.iter().find(|(n, _)| *n == name);
+        crate::params::check(spec, value, text.map(|(_, t)| t.as_str()))
+    };
+    num("priority", p.priority)?;
+    let eager_limit = num("eager_limit", p.eager_limit)?;
+    let chunk = num("rndv_chunk_size", p.chunk)?;
+    let rx_buffers = num("rx_buffers", p.rx_buffers)?;
+    let verbose = num("verbose", p.verbose)?;
+    let coalesce = num("coalesce", p.coalesce)?;
     let rndv = match p.rndv_protocol.unwrap_or("auto").trim() {
         "" | "auto" => RndvProtocol::Auto,
         "read" => RndvProtocol::Read,
@@ -162,24 +172,6 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
             ))
         }
     };
-    if p.chunk < 4096 || p.chunk > (1i64 << 40) {
-        return Err(format!(
-            "mtl_rustofi_rndv_chunk_size = {} is invalid: it must be at least 4096 bytes",
-            p.chunk
-        ));
-    }
-    if !(8..=65536).contains(&p.rx_buffers) {
-        return Err(format!(
-            "mtl_rustofi_rx_buffers = {} is invalid: it must be between 8 and 65536",
-            p.rx_buffers
-        ));
-    }
-    if p.verbose < 0 {
-        return Err(format!(
-            "mtl_rustofi_verbose = {} is invalid: it must be 0 or more",
-            p.verbose
-        ));
-    }
     let fault = match p.fault_inject.unwrap_or("").trim() {
         "" | "none" => Fault::None,
         "rma_key" => Fault::RmaKey,
@@ -200,23 +192,17 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
             ))
         }
     };
-    if !(0..=1).contains(&p.coalesce) {
-        return Err(format!(
-            "mtl_rustofi_coalesce = {} is invalid: use 1 (on) or 0 (off)",
-            p.coalesce
-        ));
-    }
     Ok(Settings {
         include,
         exclude,
-        eager_limit: (p.eager_limit != EAGER_AUTO).then_some(p.eager_limit as usize),
+        eager_limit: (eager_limit != EAGER_AUTO).then_some(eager_limit as usize),
         rndv,
-        chunk: p.chunk as usize,
-        rx_buffers: p.rx_buffers as usize,
-        verbose: p.verbose as i32,
+        chunk: chunk as usize,
+        rx_buffers: rx_buffers as usize,
+        verbose: verbose as i32,
         fault,
         shm,
-        coalesce: p.coalesce == 1,
+        coalesce: coalesce == 1,
         explicit: p.named || p.include_set,
     })
 }
@@ -251,39 +237,6 @@ pub(crate) fn shm_index(candidates: &[String]) -> Option<usize> {
         .position(|c| c.eq_ignore_ascii_case("shm"))
 }
 
-/// Numeric parameters whose raw text is checked by [`check_numeric`].
-pub(crate) const NUMERIC_PARAMS: &[&str] = &[
-    "priority",
-    "eager_limit",
-    "verbose",
-    "rndv_chunk_size",
-    "rx_buffers",
-    "coalesce",
-];
-
-/// Open MPI parses integers leniently ("abc" reads as 0, "12x" as 12). This
-/// accepts what a user can mean: an optional sign, decimal, 0x-hex or octal
-/// digits, and one optional k/m/g suffix.
-pub(crate) fn check_numeric(name: &str, raw: &str) -> Result<(), String> {
-    let t = raw.trim();
-    let body = t.strip_prefix(['-', '+']).unwrap_or(t);
-    let body = body
-        .strip_suffix(['k', 'K', 'm', 'M', 'g', 'G'])
-        .unwrap_or(body);
-    let ok = if let Some(hex) = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
-        !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit())
-    } else {
-        !body.is_empty() && body.chars().all(|c| c.is_ascii_digit())
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "mtl_rustofi_{name} = '{raw}' is not a number (use digits with an optional k, m or g suffix)"
-        ))
-    }
-}
-
 /// Whether a user-supplied provider name designates `prov` (a libfabric
 /// `prov_name` such as `tcp;ofi_rxm`): it matches the whole name or any of
 /// its `;`-separated layers, case-insensitively.
@@ -313,8 +266,14 @@ fn rank(prov: &str) -> usize {
 /// provider names in fi_getinfo order).
 pub(crate) fn select_provider(candidates: &[String], s: &Settings) -> Result<usize, String> {
     let available = || {
-        let mut names: Vec<&str> = candidates.iter().map(|c| c.as_str()).collect();
-        names.dedup();
+        // libfabric lists a provider once per domain (tcp;ofi_rxm for
+        // every interface): name each once, in libfabric's order.
+        let mut names: Vec<&str> = Vec::new();
+        for c in candidates {
+            if !names.contains(&c.as_str()) {
+                names.push(c);
+            }
+        }
         if names.is_empty() {
             "none".to_string()
         } else {
@@ -374,11 +333,13 @@ pub(crate) fn select_provider(candidates: &[String], s: &Settings) -> Result<usi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::params::MAX_EAGER;
 
     fn raw() -> RawParams<'static> {
         RawParams {
             eager_limit: EAGER_AUTO,
             coalesce: 1,
+            priority: 25,
             chunk: 1 << 26,
             rx_buffers: 256,
             ..Default::default()
@@ -520,14 +481,38 @@ mod tests {
     }
 
     #[test]
-    fn numeric_text_is_checked() {
-        for good in ["0", "8192", "-5", "64k", "1M", "0x1000", "2g"] {
-            assert!(check_numeric("eager_limit", good).is_ok(), "{good}");
-        }
-        for bad in ["abc", "", "12x", "k", "1.5", "0x"] {
-            let e = check_numeric("eager_limit", bad).unwrap_err();
-            assert!(e.contains("mtl_rustofi_eager_limit"), "{e}");
-        }
+    fn numeric_text_wins_over_the_converted_value() {
+        let mut p = raw();
+        p.texts = vec![("rx_buffers", "99999999999".into())];
+        let e = validate(&p).unwrap_err();
+        assert!(e.contains("mtl_rustofi_rx_buffers = 99999999999"), "{e}");
+        assert!(e.contains("8 to 65536"), "{e}");
+        p.texts = vec![("eager_limit", "abc".into())];
+        assert!(validate(&p)
+            .unwrap_err()
+            .contains("mtl_rustofi_eager_limit"));
+        p.texts = vec![("eager_limit", "16k".into())];
+        assert_eq!(validate(&p).unwrap().eager_limit, Some(16384));
+    }
+
+    #[test]
+    fn usable_list_names_each_provider_once() {
+        let mut p = raw();
+        p.include = Some("nosuchprov");
+        p.include_set = true;
+        let s = validate(&p).unwrap();
+        let c: Vec<String> = [
+            "tcp;ofi_rxm",
+            "net;ofi_rxm",
+            "tcp;ofi_rxm",
+            "net;ofi_rxm",
+            "shm",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let e = select_provider(&c, &s).unwrap_err();
+        assert!(e.contains("(usable: tcp;ofi_rxm, net;ofi_rxm, shm)"), "{e}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::config::{self, RawParams};
 use crate::engine::{Completion, Engine, MessageHandle, ProbeInfo, Status};
 use crate::fabric::{Hints, InfoList};
 use crate::matching::Selector;
+use crate::params;
 use crate::request::{MtlRequest, ReqPtr, Request, RustofiReqHead, REQUEST_EXTRA};
 use std::cell::RefCell;
 use std::ffi::{CStr, CString};
@@ -41,6 +42,8 @@ pub struct RustofiConfig {
     pub my_name: u64,
     /// This process's rank in MPI_COMM_WORLD, for messages.
     pub rank: i64,
+    /// MCA `priority`, range-checked with the others.
+    pub priority: i64,
 }
 
 /// Completion entry points of the shim.
@@ -172,6 +175,35 @@ fn opt_str<'a>(p: *const c_char) -> Option<&'a str> {
     }
 }
 
+/// The range rule of numeric parameter `name` (without the `mtl_rustofi_`
+/// prefix), for its help text; NULL if `name` is not in the table. The
+/// string lives as long as the process.
+///
+/// # Safety
+/// `name` must be NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_param_rule(name: *const c_char) -> *const c_char {
+    static RULES: std::sync::OnceLock<Vec<CString>> = std::sync::OnceLock::new();
+    let rules = RULES.get_or_init(|| {
+        params::NUMERIC
+            .iter()
+            .map(|p| CString::new(params::rule(p)).unwrap_or_default())
+            .collect()
+    });
+    if name.is_null() {
+        return ptr::null();
+    }
+    // SAFETY: the caller passes a NUL-terminated string, read during the call.
+    let name = unsafe { CStr::from_ptr(name) }.to_bytes();
+    match params::NUMERIC
+        .iter()
+        .position(|p| p.name.as_bytes() == name)
+    {
+        Some(i) => rules[i].as_ptr(),
+        None => ptr::null(),
+    }
+}
+
 /// Bytes the PML reserves after `mca_mtl_request_t` for each request.
 #[no_mangle]
 pub extern "C" fn rustofi_request_extra() -> usize {
@@ -206,16 +238,19 @@ pub unsafe extern "C" fn rustofi_init(
             fault_inject: opt_str(cfg.fault_inject),
             shm: opt_str(cfg.shm),
             coalesce: cfg.coalesce,
+            priority: cfg.priority,
             named: cfg.named,
+            // Open MPI converts leniently ("abc" is 0, digits beyond 64 bits
+            // wrap); where the user's text is at hand it is read exactly.
+            // Values from parameter files are checked as converted.
+            texts: params::NUMERIC
+                .iter()
+                .filter_map(|p| {
+                    let text = std::env::var(format!("OMPI_MCA_mtl_rustofi_{}", p.name)).ok()?;
+                    Some((p.name, text))
+                })
+                .collect(),
         };
-        for name in config::NUMERIC_PARAMS {
-            if let Ok(text) = std::env::var(format!("OMPI_MCA_mtl_rustofi_{name}")) {
-                if let Err(e) = config::check_numeric(name, &text) {
-                    crate::log::error(&format!("{e}; the component is disabled"));
-                    return 1;
-                }
-            }
-        }
         let settings = match config::validate(&raw) {
             Ok(s) => s,
             Err(e) => {
@@ -728,7 +763,8 @@ pub const RUSTOFI_LAYOUT_CONFIG_COALESCE: usize = 88;
 pub const RUSTOFI_LAYOUT_CONFIG_NAMED: usize = 96;
 pub const RUSTOFI_LAYOUT_CONFIG_MY_NAME: usize = 104;
 pub const RUSTOFI_LAYOUT_CONFIG_RANK: usize = 112;
-pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 120;
+pub const RUSTOFI_LAYOUT_CONFIG_PRIORITY: usize = 120;
+pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 128;
 
 /// Asserts at compile time that `$ty` has size `$size` and each listed
 /// field has the given offset and size (every field must be listed: the
@@ -791,4 +827,5 @@ assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 21;
     named: bool = RUSTOFI_LAYOUT_CONFIG_NAMED,
     my_name: u64 = RUSTOFI_LAYOUT_CONFIG_MY_NAME,
     rank: i64 = RUSTOFI_LAYOUT_CONFIG_RANK,
+    priority: i64 = RUSTOFI_LAYOUT_CONFIG_PRIORITY,
 );

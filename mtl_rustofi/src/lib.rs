@@ -30,6 +30,7 @@ mod inbox;
 mod log;
 pub mod matching;
 mod order;
+mod params;
 mod proto;
 mod request;
 #[cfg(test)]
