@@ -499,6 +499,36 @@ static int excid_start(void);
 static void excid_stop(void);
 #endif
 
+/*
+ * The shm rail's endpoint lives in a shared-memory file that libfabric
+ * unlinks when the endpoint closes (and on SIGINT/SIGTERM), but not when
+ * the process is killed outright. As btl/vader does with its segment, the
+ * path is registered with the runtime's PMIx server, which removes it when
+ * the job ends, however this rank ended. Registration failing only loses
+ * that safety net, so it is reported at verbose level and not fatal.
+ */
+static void rustofi_register_shm_cleanup(void)
+{
+    char path[512];
+    if (0 != rustofi_shm_segment(path, sizeof(path))) {
+        return;
+    }
+#if OMPI_MAJOR_VERSION >= 5
+    pmix_info_t info;
+    PMIX_INFO_LOAD(&info, PMIX_REGISTER_CLEANUP, path, PMIX_STRING);
+    pmix_status_t rc = PMIx_Job_control(NULL, 0, &info, 1, NULL, NULL);
+    PMIX_INFO_DESTRUCT(&info);
+    int ok = PMIX_SUCCESS == rc || PMIX_OPERATION_SUCCEEDED == rc;
+#else
+    int ok = NULL != opal_pmix.register_cleanup
+             && OPAL_SUCCESS == opal_pmix.register_cleanup(path, false, false, false);
+#endif
+    if (!ok && param_verbose >= 1) {
+        opal_output(0, "mtl_rustofi: could not register %s for cleanup with the runtime; a "
+                       "rank killed outright would leave it behind", path);
+    }
+}
+
 static mca_mtl_base_module_t *rustofi_init_module(void)
 {
     RustofiConfig cfg = {
@@ -545,6 +575,7 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
         rustofi_finalize();
         return NULL;
     }
+    rustofi_register_shm_cleanup();
     rustofi_module.mtl_request_size = rustofi_request_extra();
 #if OMPI_MAJOR_VERSION >= 5
     if (OMPI_SUCCESS != excid_start()) {

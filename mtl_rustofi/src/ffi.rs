@@ -422,6 +422,34 @@ pub unsafe extern "C" fn rustofi_endpoint_name(buf: *mut u8, len: *mut usize) ->
     })
 }
 
+/// The path of the shared-memory file behind the shm rail as a
+/// NUL-terminated string in `buf` of `len` bytes. Returns 0 with the path,
+/// 1 when no shm rail is open (or its address names no file), negative on
+/// error.
+///
+/// # Safety
+/// `buf` must be writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_shm_segment(buf: *mut c_char, len: usize) -> c_int {
+    with_engine("rustofi_shm_segment", |e, _| {
+        let Some(path) = e.shm_segment() else {
+            return 1;
+        };
+        if path.len() >= len {
+            crate::log::error("shm segment path larger than the shim's buffer");
+            return ERR;
+        }
+        // SAFETY: `buf` is writable for `len` bytes (the contract) and the
+        // path plus its NUL fits, checked above; a String of ours cannot
+        // overlap the caller's buffer.
+        unsafe {
+            ptr::copy_nonoverlapping(path.as_ptr(), buf as *mut u8, path.len());
+            *buf.add(path.len()) = 0;
+        }
+        0
+    })
+}
+
 /// Provider name as a NUL-terminated string in `buf` of `len` bytes.
 ///
 /// # Safety

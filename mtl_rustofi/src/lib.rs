@@ -33,6 +33,7 @@ mod order;
 mod params;
 mod proto;
 mod request;
+mod shmfile;
 #[cfg(test)]
 mod sim;
 mod sync;
