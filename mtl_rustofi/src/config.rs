@@ -54,6 +54,10 @@ pub(crate) struct Settings {
     /// The user named this component (`--mca mtl rustofi`) or set its
     /// provider list: software providers may then be used.
     pub explicit: bool,
+    /// Every rank of MPI_COMM_WORLD runs on this host (from the launcher's
+    /// environment): with the shm rail open, the network rail carries no
+    /// traffic among them.
+    pub one_host: bool,
 }
 
 /// Providers that only emulate a fabric in software. mtl/ofi excludes them
@@ -90,8 +94,8 @@ pub(crate) const EAGER_AUTO: i64 = -1;
 /// Eager limit for a provider when the user left it at auto:
 /// - tcp;ofi_rxm: 64 KiB (the tcp btl's eager limit too). Over tcp a
 ///   rendezvous costs two more trips through the kernel, more than copying
-///   64 KiB; rxm is given bounce buffers that large ([`rxm_buffer_env`]) so
-///   such a message still travels as one rxm eager message.
+///   64 KiB; rxm carries packets above its 16 KiB bounce buffers as
+///   segments on the same connection, without a handshake.
 /// - shm: 4 KiB less our header: shm's inject size. Larger messages go by
 ///   rendezvous, which shm serves with a single-copy read (CMA).
 /// - everything else (efa, udp;ofi_rxd, sockets, verbs): 8 KiB, within
@@ -104,23 +108,6 @@ pub(crate) fn default_eager_limit(provider: &str) -> usize {
     } else {
         8192
     }
-}
-
-/// rxm sends a message as one eager message only up to its bounce-buffer
-/// size (FI_OFI_RXM_BUFFER_SIZE, 16 KiB by default) and segments or
-/// rendezvous-es larger ones. Returns the environment settings that make
-/// the buffers take our largest eager packet, given the eager limit the
-/// tcp rail will use; empty when the default suffices.
-pub(crate) fn rxm_buffer_env(eager: usize) -> Vec<(&'static str, String)> {
-    // Our header plus rxm's own packet header, with room to spare.
-    let need = eager + crate::wire::EXT_LEN + 256;
-    if need <= 16384 {
-        return Vec::new();
-    }
-    vec![
-        ("FI_OFI_RXM_BUFFER_SIZE", need.to_string()),
-        ("FI_OFI_RXM_EAGER_LIMIT", need.to_string()),
-    ]
 }
 
 fn split_list(s: Option<&str>) -> Vec<String> {
@@ -204,6 +191,7 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         shm,
         coalesce: coalesce == 1,
         explicit: p.named || p.include_set,
+        one_host: false,
     })
 }
 
@@ -365,12 +353,6 @@ mod tests {
         assert_eq!(default_eager_limit("shm"), 4096 - crate::wire::BASE_LEN);
         assert_eq!(default_eager_limit("efa"), 8192);
         assert_eq!(default_eager_limit("udp;ofi_rxd"), 8192);
-        assert!(rxm_buffer_env(8192).is_empty());
-        let env = rxm_buffer_env(65536);
-        assert_eq!(env.len(), 2);
-        for (_, v) in env {
-            assert!(v.parse::<usize>().unwrap() >= 65536 + crate::wire::EXT_LEN);
-        }
     }
 
     #[test]

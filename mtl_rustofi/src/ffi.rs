@@ -258,24 +258,29 @@ pub unsafe extern "C" fn rustofi_init(
                 return 1;
             }
         };
-        // rxm reads its buffer size when libfabric initialises, so this
-        // must precede the first fi_getinfo; a user's own setting wins.
-        // Larger buffers cost memory in every rxm pool (about 0.37 GB per
-        // process at 64 KiB against 0.1 GB at the default 16 KiB), so they
-        // are only asked for when tcp may carry traffic: not when every
-        // rank of the job runs on this host and the shm rail serves them.
-        let job_on_one_host = env_count("OMPI_COMM_WORLD_SIZE")
+        // rxm's bounce buffers stay at their default size (16 KiB): eager
+        // packets above it travel as rxm segments (SAR) on the same
+        // connection. Enlarging them to a whole 64 KiB packet multiplied
+        // every rxm pool (0.36 GB per rank instead of 0.11 GB) and doubled
+        // MPI_Init over tcp; a user's FI_OFI_RXM_BUFFER_SIZE still applies.
+        let mut settings = settings;
+        settings.one_host = env_count("OMPI_COMM_WORLD_SIZE")
             .is_some_and(|n| env_count("OMPI_COMM_WORLD_LOCAL_SIZE") == Some(n));
-        let shm_serves_host = settings.shm != config::ShmMode::Off;
-        if !(job_on_one_host && shm_serves_host) {
-            // Capped at 64 KiB: larger eager messages go through rxm's own
-            // segmentation rather than multiply every pool.
-            let eager = settings.eager_limit.unwrap_or(65536).min(65536);
-            for (var, value) in config::rxm_buffer_env(eager) {
-                if std::env::var_os(var).is_none() {
-                    set_env(var, &value);
-                }
-            }
+        // rxm posts FI_OFI_RXM_MSG_RX_SIZE bounce buffers into tcp's shared
+        // receive context when its endpoint opens: 4096 by default, 64 MiB
+        // of touched memory per rank, most of a rank's footprint. The
+        // component posts its own receive buffers above rxm, so rxm keeps
+        // as many as the component does, and only a handful on a rail that
+        // the shm rail relieves of every peer. Read when libfabric
+        // initialises (before the first fi_getinfo); a user's setting wins.
+        let shm_relieves_net = settings.one_host && settings.shm != config::ShmMode::Off;
+        let msg_rx = if shm_relieves_net {
+            crate::driver::IDLE_RAIL_RX
+        } else {
+            settings.rx_buffers
+        };
+        if std::env::var_os("FI_OFI_RXM_MSG_RX_SIZE").is_none() {
+            set_env("FI_OFI_RXM_MSG_RX_SIZE", &msg_rx.max(16).to_string());
         }
         let mut query = Err(crate::fabric::FiError::new("fi_getinfo", -61));
         for h in Hints::PREFERENCE {
