@@ -282,6 +282,12 @@ pub unsafe extern "C" fn rustofi_init(
         if std::env::var_os("FI_OFI_RXM_MSG_RX_SIZE").is_none() {
             set_env("FI_OFI_RXM_MSG_RX_SIZE", &msg_rx.max(16).to_string());
         }
+        // With a shared receive context rxm also allocates its pools when
+        // the endpoint opens (17 MB more); per-connection receive buffers
+        // cost nothing on a rail no peer connects to.
+        if shm_relieves_net && std::env::var_os("FI_OFI_RXM_USE_SRX").is_none() {
+            set_env("FI_OFI_RXM_USE_SRX", "0");
+        }
         let mut query = Err(crate::fabric::FiError::new("fi_getinfo", -61));
         for h in Hints::PREFERENCE {
             query = InfoList::query(h);
