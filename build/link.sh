@@ -3,6 +3,7 @@
 # loadable Open MPI component mca_mtl_rustofi.so, against the Open MPI whose
 # mpicc is first on PATH.
 #   build/link.sh <libmtl_rustofi.a> <output.so>
+#   LINK_FLAGS   extra flags for the link (tests/asan.sh: -fsanitize=address)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 lib=$1
@@ -15,7 +16,8 @@ trap 'rm -f "$tmp" "$tmp.check"' EXIT
 link() { # output, Open MPI libraries and flags...
   local o=$1
   shift
-  cc -shared -o "$o" \
+  # shellcheck disable=SC2086
+  cc -shared ${LINK_FLAGS:-} -o "$o" \
     -Wl,--version-script="$here/../config/exports.map" \
     -Wl,-u,mca_mtl_rustofi_component \
     -Wl,--gc-sections \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Smoke test of the benchmark script's quick mode: runs `scripts/bench --quick`
+# Smoke test of the benchmark script's quick mode: runs `bench/p2p --quick`
 # and checks that it completed and wrote its files (raw.csv, medians.csv with
 # lat rows for rustofi, ofi and ob1-tcp, report.md with the lat table, PNG
 # plots). Checks completion and files only, no speed thresholds.
@@ -17,13 +17,13 @@ trap 'rm -f "$marker" "$log"' EXIT
 sleep 1  # results folders are named by the second: keep this run's name new
 
 set +e
-timeout -k 10 "${BENCH_SMOKE_TIMEOUT:-600}" scripts/bench --quick >"$log" 2>&1
+timeout -k 10 "${BENCH_SMOKE_TIMEOUT:-600}" bench/p2p --quick >"$log" 2>&1
 rc=$?
 set -e
 if [ $rc -ne 0 ]; then
   tail -40 "$log" >&2
-  [ $rc -eq 124 ] && fail "scripts/bench --quick did not finish within ${BENCH_SMOKE_TIMEOUT:-600} s"
-  fail "scripts/bench --quick exited with status $rc"
+  [ $rc -eq 124 ] && fail "bench/p2p --quick did not finish within ${BENCH_SMOKE_TIMEOUT:-600} s"
+  fail "bench/p2p --quick exited with status $rc"
 fi
 
 # the folder this run created: the newest results/bench/* made after the start

@@ -23,6 +23,7 @@
 #                     /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3, or
 #                     $OMPI_PREFIX/lib/openmpi)
 #   MPIRUN_EXTRA_ARGS extra arguments for every mpirun (word-split)
+#   MPI_TEST_SKIP     regex of "name provider npN" strings to leave out
 #   TIMEOUT_SCALE     multiply every per-test timeout by this integer (default 1)
 #   STRICT_COUNTERS   1 (default): on clean runs also require errors=0 and
 #                     sum(sent_msgs)==sum(recv_msgs), sum(sent_bytes)==
@@ -52,6 +53,7 @@ TIMEOUT_SCALE=${TIMEOUT_SCALE:-1}
 STRICT_COUNTERS=${STRICT_COUNTERS:-1}
 BASELINE=${MPI_TEST_BASELINE:-}
 FILTER=${1:-}
+SKIP=${MPI_TEST_SKIP:-}
 read -r -a EXTRA_ARGS <<<"${MPIRUN_EXTRA_ARGS:-}"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -86,7 +88,7 @@ declare -A BUILT=()
 
 mkdir -p "$BUILD_DIR" "$LOG_DIR"
 
-matches() { [[ -z "$FILTER" || "$1" =~ $FILTER ]]; }
+matches() { [[ ( -z "$FILTER" || "$1" =~ $FILTER ) && ( -z "$SKIP" || ! "$1" =~ $SKIP ) ]]; }
 
 has_provider() { [[ " $PROVIDERS " == *" $1 "* ]]; }
 

@@ -17,7 +17,8 @@
 //!
 //! The crate's public surface is the C boundary ([`ffi`], whose exported
 //! functions and `#[repr(C)]` types the shim reaches through the cbindgen
-//! header) and [`matching`] (for `examples/match_bench.rs`); every other
+//! header), [`matching`] (for `examples/match_bench.rs`) and, with the
+//! `fuzzing` feature, the fuzz targets' entry points; every other
 //! module is private and its items are `pub(crate)` (`unreachable_pub`).
 
 mod config;
@@ -25,6 +26,8 @@ mod driver;
 mod engine;
 mod fabric;
 pub mod ffi;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 mod handoff;
 mod inbox;
 mod log;

@@ -27,16 +27,16 @@ fn line(text: String) {
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 thread_local! {
-    /// Tests that provoke errors on purpose (the protocol simulator) turn
-    /// the messages off for their thread.
+    /// Tests that provoke errors on purpose (the protocol simulator, the
+    /// fuzz targets) turn the messages off for their thread.
     pub(crate) static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// An error the user should see (always printed).
 pub(crate) fn error(msg: &str) {
-    #[cfg(test)]
+    #[cfg(any(test, feature = "fuzzing"))]
     if QUIET.with(|q| q.get()) {
         return;
     }

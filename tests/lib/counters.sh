@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # The one parser of rustofi's finalize counter line, sourced by the test
 # scripts (tests/run_mpi_tests.sh, tests/stress.sh, tests/mpi4py.sh,
-# tests/multihost.sh) and scripts/bench-matching.
+# tests/multihost.sh) and bench/matching.
 #
 # With mtl_rustofi_verbose >= 1 every rank prints one line at MPI_Finalize
 # (`stats_line` in mtl_rustofi/src/engine.rs):

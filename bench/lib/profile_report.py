@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Analysis for scripts/profile: callgrind files -> summary.md.
+"""Analysis for bench/profile: callgrind files -> summary.md.
 
     profile_report.py OUT
 
@@ -447,7 +447,7 @@ def main():
         meta.get("so_sha256"), meta.get("so_mtime")))
     w.append("- %s; %s; %s; libfabric %s" % (meta.get("host"), meta.get("valgrind"),
                                              meta.get("ompi"), meta.get("libfabric")))
-    w.append("- Blocking ping-pong (tests/bench/profile_pingpong.c), 2 ranks on one host. "
+    w.append("- Blocking ping-pong (bench/src/profile_pingpong.c), 2 ranks on one host. "
              "Per round trip per rank (one MPI_Send + one MPI_Recv) = (Ir of the round trips "
              "of the 2N run - those of the N run) / N, mean of ranks 0 and 1.")
     w.append("- A waiting rank polls (opal_progress) as often as timing lets it, so counts "

@@ -1,6 +1,6 @@
 /*
  * profile_pingpong: a fixed-size blocking ping-pong between ranks 0 and 1,
- * made to be run under callgrind by scripts/profile.
+ * made to be run under callgrind by bench/profile.
  *
  * Usage: profile_pingpong size iters [idle_polls]
  *
@@ -13,7 +13,7 @@
  *               on a receive that cannot match yet, while rank 1 waits in
  *               MPI_Recv for a go-ahead; then the two exchange one 1-byte
  *               message each. Every progress call in that phase finds
- *               nothing, which lets scripts/profile price an empty poll.
+ *               nothing, which lets bench/profile price an empty poll.
  *               Default 0 (no idle phase).
  *
  * Under callgrind the program dumps the counts at three points

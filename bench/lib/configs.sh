@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Benchmark configurations shared by scripts/bench and scripts/bench-osu
+# Benchmark configurations shared by bench/p2p and bench/osu
 # (sourced). Every configuration runs 2 ranks on this machine:
 #
 #   rustofi     pml cm + mtl rustofi, libfabric tcp carrying all traffic
@@ -27,7 +27,7 @@ config_args() {
 }
 
 # Sets py (a python with matplotlib if one can be had) and plotter
-# (matplotlib, gnuplot or none) for scripts/bench_report.py. $1: repo root.
+# (matplotlib, gnuplot or none) for bench/lib/report.py. $1: repo root.
 # shellcheck disable=SC2034  # py and plotter are for the caller
 pick_plotter() {
   local venv="$1/.venv-bench"

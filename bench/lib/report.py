@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Analysis shared by the benchmark scripts (scripts/bench, scripts/bench-osu).
+"""Analysis shared by the benchmark scripts (bench/p2p, bench/osu).
 
-    bench_report.py OUT PLOTTER MODE REPEATS CONFIGS BENCHES
+    report.py OUT PLOTTER MODE REPEATS CONFIGS BENCHES
                     [--title TEXT] [--note TEXT] [--unit BENCH=TEXT ...]
 
 OUT      results folder holding raw.csv (benchmark,config,repeat,size,value)
@@ -34,7 +34,7 @@ CONFIG_DESC = {
     "ob1-vader": "pml ob1 + btl vader,self",
 }
 
-# y-axis / table captions; both our own benchmark names (tests/bench/osu) and
+# y-axis / table captions; both our own benchmark names (bench/src/osu) and
 # the OSU micro-benchmarks program names.
 UNITS = {
     "lat": "latency µs (lower is better)",

@@ -1,5 +1,5 @@
 /*
- * Start-up cost of a whole MPI job, for scripts/bench-startup.
+ * Start-up cost of a whole MPI job, for bench/startup.
  *
  * Every rank takes the wall-clock time just before MPI_Init and just after
  * it, then the job does a barrier, an allreduce and a first point-to-point
