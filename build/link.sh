@@ -42,3 +42,6 @@ fi
 # ---- end of version differences ----
 # Atomic replace: a job loading the component never sees a half-written file.
 mv -f "$tmp" "$out"
+# The help file beside the component: found there when it runs from this
+# directory (installed, it goes to Open MPI's data directory).
+install -m 0644 "$here/../mtl_rustofi/shim/help-mtl-rustofi.txt" "$(dirname "$out")/"

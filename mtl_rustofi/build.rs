@@ -15,6 +15,8 @@ fn main() {
     let wrapper = root.join("config/fabric_wrapper.h");
     println!("cargo:rerun-if-changed={}", wrapper.display());
     println!("cargo:rerun-if-changed=shim/rustofi_shim.c");
+    println!("cargo:rerun-if-changed=shim/rustofi_site.c");
+    println!("cargo:rerun-if-changed=shim/rustofi_site.h");
     println!("cargo:rerun-if-changed=src/ffi.rs");
     println!("cargo:rerun-if-env-changed=RUSTOFI_OMPI_INCLUDE");
 
@@ -67,7 +69,9 @@ fn main() {
     if let Some(inc) = ompi_include() {
         cc::Build::new()
             .file(manifest.join("shim/rustofi_shim.c"))
+            .file(manifest.join("shim/rustofi_site.c"))
             .include(&out)
+            .include(manifest.join("shim"))
             .include(&inc)
             .include(inc.parent().unwrap())
             .opt_level(2)

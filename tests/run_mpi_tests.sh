@@ -546,7 +546,7 @@ check_ompi_info() {
         why="ompi_info exited with status $RC"
     else
         for p in priority provider_include provider_exclude eager_limit verbose \
-            rndv_protocol rndv_chunk_size rx_buffers fault_inject shm coalesce; do
+            rndv_protocol rndv_chunk_size rx_buffers fault_inject shm coalesce nic; do
             if ! grep -q "^mca:mtl:rustofi:param:mtl_rustofi_$p:value:" "$log"; then
                 why="parameter mtl_rustofi_$p not listed"
                 break
@@ -557,7 +557,7 @@ check_ompi_info() {
             fi
         done
         # every numeric parameter states its range
-        for p in priority eager_limit verbose rndv_chunk_size rx_buffers coalesce; do
+        for p in priority eager_limit verbose rndv_chunk_size rx_buffers coalesce mr_cache_size; do
             [[ -z "$why" ]] || break
             if ! grep -Eq "^mca:mtl:rustofi:param:mtl_rustofi_$p:help:.*range: -?[0-9]+ to [0-9]+" "$log"; then
                 why="help text of mtl_rustofi_$p states no range"
@@ -597,7 +597,7 @@ P2P_PROGS="order_wildcard posting_order unexpected_reverse truncate issend
 # Any other program in tests/mpi (e.g. a regression test) runs at np 2 on
 # every provider with the basic checks; it must follow the same conventions
 # (common.h: "PASS <name>" from rank 0, "FAIL: ..." and nonzero exit).
-KNOWN_PROGS=" ${P2P_PROGS//[[:space:]]/ } collectives threads errors huge sessions "
+KNOWN_PROGS=" ${P2P_PROGS//[[:space:]]/ } collectives threads errors huge sessions mpit_pvars "
 OTHER_PROGS=()
 for src in "$SRC_DIR"/*.c; do
     prog=$(basename "$src" .c)
@@ -637,6 +637,8 @@ for prov in $PROVIDERS; do
         esac
     done
     run_test collectives "$prov" 2 "clean"
+    # MPI_T: the mtl_rustofi_* variables exist only with this component.
+    [[ -n "$BASELINE" ]] || run_test mpit_pvars "$prov" 2 "clean grep=PVARS"
     run_test collectives "$prov" 4 "clean"
     run_test threads "$prov" 2 "clean"
     run_test errors "$prov" 2 "clean" -- expect_ok

@@ -7,7 +7,8 @@
  * non-contiguous data, filling statuses and calling request completion
  * callbacks, and the progress hook. Everything else (provider selection,
  * libfabric resources, wire protocol, matching, progress) is the Rust
- * library behind rustofi.h.
+ * library behind rustofi.h. Enumerated parameters, help messages, output
+ * and MPI_T performance variables are in rustofi_site.c.
  */
 
 #include "ompi_config.h"
@@ -25,6 +26,8 @@
 #include "ompi/mca/pml/pml.h"
 #include "ompi/proc/proc.h"
 #include "opal/mca/base/mca_base_var.h"
+#include "opal/mca/memory/base/base.h"
+#include "opal/memoryhooks/memory.h"
 #include "opal/runtime/opal_progress.h"
 #include "opal/util/output.h"
 
@@ -44,6 +47,7 @@
 /* ==== end of version differences =================================== */
 
 #include "rustofi.h"
+#include "rustofi_site.h"
 
 /*
  * Layout of the structs shared with the Rust library, field by field. The
@@ -118,6 +122,9 @@ ASSERT_FIELD(RustofiConfig, coalesce, RUSTOFI_LAYOUT_CONFIG_COALESCE);
 ASSERT_FIELD(RustofiConfig, named, RUSTOFI_LAYOUT_CONFIG_NAMED);
 ASSERT_FIELD(RustofiConfig, my_name, RUSTOFI_LAYOUT_CONFIG_MY_NAME);
 ASSERT_FIELD(RustofiConfig, rank, RUSTOFI_LAYOUT_CONFIG_RANK);
+ASSERT_FIELD(RustofiConfig, nic, RUSTOFI_LAYOUT_CONFIG_NIC);
+ASSERT_FIELD(RustofiConfig, mr_cache_size, RUSTOFI_LAYOUT_CONFIG_MR_CACHE_SIZE);
+ASSERT_FIELD(RustofiConfig, mem_hooks, RUSTOFI_LAYOUT_CONFIG_MEM_HOOKS);
 ASSERT_FIELD(RustofiConfig, priority, RUSTOFI_LAYOUT_CONFIG_PRIORITY);
 _Static_assert(sizeof(RustofiConfig) == RUSTOFI_LAYOUT_CONFIG_SIZE,
                "size of RustofiConfig differs from ffi.rs");
@@ -125,19 +132,17 @@ _Static_assert(sizeof(RustofiConfig) == RUSTOFI_LAYOUT_CONFIG_SIZE,
 /* ------------------------------------------------------------------ */
 /* MCA parameters                                                      */
 
-/* Numeric parameters are all registered as 64-bit longs (see the table in
- * rustofi_component_register). */
+/* Numeric parameters are all registered as 64-bit longs (see reg_long). */
 static long param_priority = 25;
 static char *param_include = NULL;
 static char *param_exclude = NULL;
+static char *param_nic = NULL;
 static long param_eager_limit = -1;
 static long param_verbose = 0;
-static char *param_rndv_protocol = NULL;
-static char *param_shm = NULL;
 static long param_coalesce = 1;
+static long param_mr_cache_size = 64;
 static long param_rndv_chunk = 64L * 1024 * 1024;
 static long param_rx_buffers = 256;
-static char *param_fault_inject = NULL;
 static int idx_include = -1;
 static int idx_exclude = -1;
 
@@ -243,6 +248,7 @@ static int rustofi_component_register(void)
         rustofi_wrong_series = true;
         return OMPI_SUCCESS;
     }
+    rustofi_site_hooks(&mca_mtl_rustofi_component.mtl_version);
     reg_long("priority",
              "Priority of the rustofi MTL; pml cm competes with pml ob1 (20) at this value",
              OPAL_INFO_LVL_3, &param_priority);
@@ -258,44 +264,41 @@ static int rustofi_component_register(void)
         "provider_include. When neither is set and the component is not named with --mca mtl, "
         "software providers (shm, sockets, tcp, udp, rstream, net) are excluded",
         OPAL_INFO_LVL_1, &param_exclude);
+    reg_string("nic",
+               "Comma-separated NICs (libfabric domains of the chosen provider, e.g. "
+               "rdmap16s27-rdm or eth1) this process may use; among them, or among all NICs but "
+               "loopback when unset, each process takes the nearest to its CPUs and spreads over "
+               "equally near ones by local rank",
+               OPAL_INFO_LVL_3, &param_nic);
     reg_long("eager_limit",
              "Largest message sent eagerly; larger ones use the rendezvous protocol. -1 "
-             "(default) picks it per provider: 65536 for tcp (rxm's bounce buffers are enlarged "
-             "to match unless FI_OFI_RXM_BUFFER_SIZE is set), 4048 for shm (its inject size "
-             "less our header), 8192 for the others",
+             "(default) picks it per provider: 65536 for tcp (rxm carries packets above its "
+             "16 KiB bounce buffers as segments), 4048 for shm (its inject size less our "
+             "header), 8192 for the others",
              OPAL_INFO_LVL_3, &param_eager_limit);
     reg_long("verbose",
              "Verbosity: 1 prints one line of traffic counters per rank at finalize, 2 also the "
              "chosen provider and capabilities at startup",
              OPAL_INFO_LVL_1, &param_verbose);
-    reg_string("rndv_protocol",
-               "Rendezvous data path: auto (RMA read when the provider has FI_RMA, else send), "
-               "read, or send",
-               OPAL_INFO_LVL_5, &param_rndv_protocol);
     reg_long("rndv_chunk_size",
              "Largest single libfabric transfer of a rendezvous (also capped by the provider's "
              "max_msg_size)",
              OPAL_INFO_LVL_5, &param_rndv_chunk);
-    param_shm = "auto";
-    reg_string("shm",
-               "Reach peers on the same host through libfabric's shm provider beside the network "
-               "provider, with one matching engine above both: auto (on for tcp, udp, sockets and "
-               "other providers that would loop local traffic through the network stack; off for "
-               "efa, which already routes same-host peers through shm itself, and when the "
-               "provider is shm), on, or off",
-               OPAL_INFO_LVL_3, &param_shm);
     reg_long("coalesce",
              "1: back-to-back small eager sends to one peer, issued while an earlier packet to "
              "it is still in flight, share one packet (sent at the next call into the MTL that "
              "is not such a send, or when full); 0: every message is its own packet",
              OPAL_INFO_LVL_4, &param_coalesce);
+    reg_long("mr_cache_size",
+             "Registration cache: most registrations of rendezvous user buffers kept unused for "
+             "reuse, least recently used evicted first (0: register every transfer). Active only "
+             "where Open MPI's memory hooks report munmap and free",
+             OPAL_INFO_LVL_4, &param_mr_cache_size);
     reg_long("rx_buffers", "Receive bounce buffers kept posted", OPAL_INFO_LVL_5,
              &param_rx_buffers);
-    reg_string("fault_inject",
-               "Testing only: none, rma_key (corrupt the key of the next rendezvous read so the "
-               "provider reports a completion error) or bad_packet (send one malformed packet)",
-               OPAL_INFO_LVL_9, &param_fault_inject);
-    return OMPI_SUCCESS;
+    /* enumerated parameters (rndv_protocol, shm, fault_inject) and the
+     * MPI_T performance variables */
+    return rustofi_site_register(&mca_mtl_rustofi_component.mtl_version);
 }
 
 static int rustofi_component_open(void)
@@ -529,6 +532,54 @@ static void rustofi_register_shm_cleanup(void)
     }
 }
 
+/* Registration cache: Open MPI's memory hooks (same interface in 4.1 and
+ * 5.0) report memory going back to the system. The callback runs inside
+ * munmap/free in any thread; the Rust side only pushes on a lock-free ring.
+ * Open MPI installs the hooks (the memory framework's patcher) only for a
+ * component that opens the framework, as mtl/ofi and the UCX components do. */
+static bool mem_hooks_registered = false;
+static bool mem_framework_open = false;
+
+static bool mem_hooks_usable(void)
+{
+    int need = OPAL_MEMORY_FREE_SUPPORT | OPAL_MEMORY_MUNMAP_SUPPORT;
+    if (!mem_framework_open
+        && OPAL_SUCCESS == mca_base_framework_open(&opal_memory_base_framework, 0)) {
+        mem_framework_open = true;
+    }
+    return mem_framework_open && (opal_mem_hooks_support_level() & need) == need;
+}
+
+static void mem_release_cb(void *buf, size_t length, void *cbdata, bool from_alloc)
+{
+    (void) cbdata;
+    (void) from_alloc;
+    rustofi_mem_release(buf, length);
+}
+
+/* Registered before rustofi_init, so that no range released after the
+ * cache starts can be missed (earlier ones find no cache and are ignored). */
+static bool mem_hooks_start(void)
+{
+    if (param_mr_cache_size > 0 && mem_hooks_usable()
+        && OPAL_SUCCESS == opal_mem_hooks_register_release(mem_release_cb, NULL)) {
+        mem_hooks_registered = true;
+    }
+    return mem_hooks_registered;
+}
+
+static void mem_hooks_stop(void)
+{
+    if (mem_hooks_registered) {
+        opal_mem_hooks_unregister_release(mem_release_cb);
+        mem_hooks_registered = false;
+    }
+    if (mem_framework_open) {
+        mca_base_framework_close(&opal_memory_base_framework);
+        mem_framework_open = false;
+    }
+}
+
 static mca_mtl_base_module_t *rustofi_init_module(void)
 {
     RustofiConfig cfg = {
@@ -537,17 +588,20 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
         .provider_exclude = param_exclude,
         .exclude_set = var_is_set(idx_exclude),
         .eager_limit = param_eager_limit,
-        .rndv_protocol = param_rndv_protocol,
+        .rndv_protocol = rustofi_enum_text(RUSTOFI_ENUM_RNDV_PROTOCOL),
         .rndv_chunk_size = param_rndv_chunk,
         .rx_buffers = param_rx_buffers,
         .verbose = param_verbose,
-        .fault_inject = param_fault_inject,
-        .shm = param_shm,
+        .fault_inject = rustofi_enum_text(RUSTOFI_ENUM_FAULT_INJECT),
+        .shm = rustofi_enum_text(RUSTOFI_ENUM_SHM),
         .coalesce = param_coalesce,
         .priority = param_priority,
         .named = rustofi_named(),
         .my_name = proc_name64(OMPI_PROC_MY_NAME),
         .rank = (int64_t) OMPI_PROC_MY_NAME->vpid,
+        .nic = param_nic,
+        .mr_cache_size = param_mr_cache_size,
+        .mem_hooks = mem_hooks_start(),
     };
     RustofiCallbacks cb = {
         .recv_complete = cb_recv_complete,
@@ -556,9 +610,11 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
     };
     if (sizeof(mca_mtl_request_t) + rustofi_request_extra() > sizeof(((rustofi_blocking_t *) 0)->u)) {
         opal_output(0, "mtl_rustofi: request layout larger than the blocking-send buffer");
+        mem_hooks_stop();
         return NULL;
     }
     if (0 != rustofi_init(&cfg, &cb)) {
+        mem_hooks_stop();
         return NULL;
     }
 
@@ -566,12 +622,14 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
     size_t len = sizeof(name);
     int ret;
     if (0 != rustofi_endpoint_name(name, &len)) {
+        mem_hooks_stop();
         rustofi_finalize();
         return NULL;
     }
     OPAL_MODEX_SEND(ret, RUSTOFI_MODEX_SCOPE, &mca_mtl_rustofi_component.mtl_version, name, len);
     if (OMPI_SUCCESS != ret) {
         opal_output(0, "mtl_rustofi: could not publish the endpoint name (modex): %d", ret);
+        mem_hooks_stop();
         rustofi_finalize();
         return NULL;
     }
@@ -579,6 +637,7 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
     rustofi_module.mtl_request_size = rustofi_request_extra();
 #if OMPI_MAJOR_VERSION >= 5
     if (OMPI_SUCCESS != excid_start()) {
+        mem_hooks_stop();
         rustofi_finalize();
         return NULL;
     }
@@ -617,6 +676,7 @@ static int rustofi_mtl_finalize(struct mca_mtl_base_module_t *mtl)
     excid_stop();
 #endif
     opal_progress_unregister(rustofi_progress_cb);
+    mem_hooks_stop();
     return 0 == rustofi_finalize() ? OMPI_SUCCESS : OMPI_ERROR;
 }
 

@@ -39,6 +39,9 @@ pub(crate) enum Fault {
 pub(crate) struct Settings {
     pub include: Vec<String>,
     pub exclude: Vec<String>,
+    /// NICs (domains) of the provider this rank may use (empty: any; see
+    /// [`crate::nic::choose`]).
+    pub nic: Vec<String>,
     /// Largest eager payload; `None` picks it per provider
     /// ([`default_eager_limit`]).
     pub eager_limit: Option<usize>,
@@ -51,6 +54,8 @@ pub(crate) struct Settings {
     /// Coalesce back-to-back small eager sends to a peer into one packet
     /// while an earlier packet to it is in flight.
     pub coalesce: bool,
+    /// Most unused registrations of user buffers kept for reuse (0: none).
+    pub mr_cache: usize,
     /// The user named this component (`--mca mtl rustofi`) or set its
     /// provider list: software providers may then be used.
     pub explicit: bool,
@@ -72,6 +77,7 @@ pub(crate) struct RawParams<'a> {
     pub include_set: bool,
     pub exclude: Option<&'a str>,
     pub exclude_set: bool,
+    pub nic: Option<&'a str>,
     pub eager_limit: i64,
     pub rndv_protocol: Option<&'a str>,
     pub chunk: i64,
@@ -80,6 +86,7 @@ pub(crate) struct RawParams<'a> {
     pub fault_inject: Option<&'a str>,
     pub shm: Option<&'a str>,
     pub coalesce: i64,
+    pub mr_cache_size: i64,
     pub priority: i64,
     pub named: bool,
     /// The text of numeric values as the user wrote them, where known
@@ -110,7 +117,7 @@ pub(crate) fn default_eager_limit(provider: &str) -> usize {
     }
 }
 
-fn split_list(s: Option<&str>) -> Vec<String> {
+pub(crate) fn split_list(s: Option<&str>) -> Vec<String> {
     s.unwrap_or("")
         .split(',')
         .map(|x| x.trim().to_ascii_lowercase())
@@ -118,8 +125,9 @@ fn split_list(s: Option<&str>) -> Vec<String> {
         .collect()
 }
 
-/// Checks every parameter; the error text names the offending parameter.
-pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
+/// Checks the two provider lists together: include set but empty, or both
+/// set. A separate step so that these get their own help topic.
+pub(crate) fn validate_lists(p: &RawParams<'_>) -> Result<(), String> {
     let include = split_list(p.include);
     let exclude = split_list(p.exclude);
     if p.include_set && include.is_empty() {
@@ -136,6 +144,14 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
                 .into(),
         );
     }
+    Ok(())
+}
+
+/// Checks every parameter; the error text names the offending parameter.
+pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
+    validate_lists(p)?;
+    let include = split_list(p.include);
+    let exclude = split_list(p.exclude);
     // Every numeric value against its rule in params::NUMERIC.
     let num = |name: &str, value: i64| {
         let spec = crate::params::spec(name)
@@ -149,6 +165,7 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     let rx_buffers = num("rx_buffers", p.rx_buffers)?;
     let verbose = num("verbose", p.verbose)?;
     let coalesce = num("coalesce", p.coalesce)?;
+    let mr_cache_size = num("mr_cache_size", p.mr_cache_size)?;
     let rndv = match p.rndv_protocol.unwrap_or("auto").trim() {
         "" | "auto" => RndvProtocol::Auto,
         "read" => RndvProtocol::Read,
@@ -182,6 +199,7 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     Ok(Settings {
         include,
         exclude,
+        nic: split_list(p.nic),
         eager_limit: (eager_limit != EAGER_AUTO).then_some(eager_limit as usize),
         rndv,
         chunk: chunk as usize,
@@ -190,6 +208,7 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         fault,
         shm,
         coalesce: coalesce == 1,
+        mr_cache: mr_cache_size as usize,
         explicit: p.named || p.include_set,
         one_host: false,
     })
@@ -327,6 +346,7 @@ mod tests {
         RawParams {
             eager_limit: EAGER_AUTO,
             coalesce: 1,
+            mr_cache_size: 64,
             priority: 25,
             chunk: 1 << 26,
             rx_buffers: 256,

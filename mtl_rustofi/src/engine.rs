@@ -14,6 +14,7 @@ use crate::fabric::{FiError, InfoList};
 use crate::handoff::{Handoff, Poisoned};
 use crate::inbox::Batch;
 use crate::matching::Selector;
+use crate::memrelease::ReleaseRing;
 use crate::proto::ids::{PeerId, RailId};
 use crate::proto::SendArgs;
 use crate::proto::{Core, CoreConfig, Out, Stats};
@@ -55,6 +56,8 @@ pub(crate) struct Engine {
     handoff: Handoff<State, Cmd>,
     /// The network provider's name and capabilities.
     pub(crate) provider: String,
+    /// The network provider's domain (NIC) this rank uses.
+    pub(crate) nic: String,
     pub(crate) caps: Caps,
     pub(crate) settings: Settings,
     stats: Arc<Stats>,
@@ -78,6 +81,11 @@ impl Engine {
         my_name: u64,
     ) -> Result<Engine, EngineError> {
         let mut driver = Driver::open(&list, index, shm, shm_required, &settings)?;
+        let nic = list
+            .iter()
+            .nth(index)
+            .map(|i| i.domain_name())
+            .unwrap_or_default();
         drop(list);
         let profiles = driver.profiles();
         let stats = Arc::new(Stats::default());
@@ -106,6 +114,7 @@ impl Engine {
         let net = &profiles[0];
         Ok(Engine {
             provider: net.provider.clone(),
+            nic,
             caps: driver.caps(RailId(0)),
             rndv_read: net.rndv_read,
             shm_provider: profiles
@@ -133,6 +142,13 @@ impl Engine {
     /// What this rank publishes through the modex.
     pub(crate) fn local_name(&self) -> Result<Vec<u8>, EngineError> {
         Ok(self.modex.clone())
+    }
+
+    /// Turns the registration cache on (only when memory returned to the
+    /// system is pushed on `ring`).
+    pub(crate) fn enable_mr_cache(&mut self, limit: usize, ring: Arc<ReleaseRing>) {
+        self.handoff
+            .with_state_mut(|st| st.core.enable_mr_cache(limit, ring));
     }
 
     pub(crate) fn rndv_uses_read(&self) -> bool {
@@ -350,16 +366,34 @@ impl Engine {
                 return false;
             };
             if !busy {
+                self.release_mr_cache();
                 return true;
             }
             if start.elapsed() > timeout {
                 if let Ok(left) = self.handoff.with_token(|st, _| st.core.leftovers()) {
                     crate::log::error(&format!("transfers still pending: {left:?}"));
                 }
+                self.release_mr_cache();
                 return false;
             }
             std::thread::yield_now();
         }
+    }
+
+    /// The counters (MPI_T reads them while the job runs).
+    pub(crate) fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// Releases the cached registrations not in use, before the rails
+    /// close (those of transfers still pending go when the driver closes).
+    fn release_mr_cache(&self) {
+        let _ = self.handoff.with_token(|st, _| {
+            st.core.release_mr_cache(&mut st.out);
+            if !st.out.actions.is_empty() {
+                st.driver.execute(&mut st.core, &mut st.out);
+            }
+        });
     }
 
     /// One line of counters.
@@ -367,10 +401,11 @@ impl Engine {
         let s = &self.stats;
         let g = Stats::get;
         format!(
-            "rustofi: rank={rank} provider={} shm={} net_peers={} shm_peers={} sent_msgs={} \
+            "rustofi: rank={rank} provider={} nic={} shm={} net_peers={} shm_peers={} sent_msgs={} \
              sent_bytes={} recv_msgs={} recv_bytes={} eager={} rndv={} unexpected={} errors={} \
-             coalesced={}",
+             coalesced={} mr_reg={} mr_hits={}",
             self.provider,
+            self.nic,
             self.shm_provider().unwrap_or("off"),
             g(&s.net_peers),
             g(&s.shm_peers),
@@ -383,6 +418,8 @@ impl Engine {
             g(&s.unexpected),
             g(&s.errors),
             g(&s.coalesced),
+            g(&s.mr_reg),
+            g(&s.mr_hits),
         )
     }
 }

@@ -269,6 +269,30 @@ impl<'a> Info<'a> {
         // SAFETY: rx_attr is always allocated in fi_getinfo results.
         unsafe { (*self.raw.rx_attr).size }
     }
+    /// The domain's name (EFA: the device, tcp: the interface).
+    pub(crate) fn domain_name(&self) -> String {
+        // SAFETY: domain_attr is always allocated in fi_getinfo results.
+        cstr_or_empty(unsafe { (*self.raw.domain_attr).name })
+    }
+    /// The NIC's PCI address (domain, bus, device, function) when the
+    /// provider reports one.
+    pub(crate) fn pci_bus(&self) -> Option<(u16, u8, u8, u8)> {
+        let nic = self.raw.nic;
+        if nic.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null `nic` of an fi_info points to a fid_nic whose
+        // attribute pointers are null or valid for the fi_info's lifetime;
+        // the union is read as PCI only when bus_type says PCI.
+        unsafe {
+            let bus = (*nic).bus_attr;
+            if bus.is_null() || (*bus).bus_type != sys::fi_bus_type_FI_BUS_PCI {
+                return None;
+            }
+            let p = (*bus).attr.pci;
+            Some((p.domain_id, p.bus_id, p.device_id, p.function_id))
+        }
+    }
     pub(crate) fn raw(&self) -> *mut sys::fi_info {
         self.raw as *const sys::fi_info as *mut sys::fi_info
     }

@@ -8,7 +8,9 @@
 use crate::config::{self, RawParams};
 use crate::engine::{Completion, Engine, MessageHandle, ProbeInfo, Status};
 use crate::fabric::{Hints, InfoList};
+use crate::log::Topic;
 use crate::matching::Selector;
+use crate::memrelease::ReleaseRing;
 use crate::params;
 use crate::request::{MtlRequest, ReqPtr, Request, RustofiReqHead, REQUEST_EXTRA};
 use std::cell::RefCell;
@@ -42,6 +44,13 @@ pub struct RustofiConfig {
     pub my_name: u64,
     /// This process's rank in MPI_COMM_WORLD, for messages.
     pub rank: i64,
+    /// NICs (domains) of the provider to use: comma list, NULL for any.
+    pub nic: *const c_char,
+    /// Most unused registrations of user buffers to cache (0: none).
+    pub mr_cache_size: i64,
+    /// Open MPI's memory hooks report munmap and free: the shim passes
+    /// every released range to [`rustofi_mem_release`].
+    pub mem_hooks: bool,
     /// MCA `priority`, range-checked with the others.
     pub priority: i64,
 }
@@ -57,6 +66,30 @@ pub struct RustofiCallbacks {
     pub send_complete: Option<unsafe extern "C" fn(*mut RustofiReqHead, c_int)>,
     /// A receive was cancelled.
     pub cancel_complete: Option<unsafe extern "C" fn(*mut RustofiReqHead)>,
+}
+
+/// Output entry points of the shim (see `log`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct RustofiLogHooks {
+    /// Writes one line (without its newline) with `opal_output`.
+    pub output: Option<unsafe extern "C" fn(*const c_char)>,
+    /// Shows a topic of `help-mtl-rustofi.txt`; the second argument is the
+    /// message filling the topic's `%s`.
+    pub show_help: Option<unsafe extern "C" fn(*const c_char, *const c_char)>,
+}
+
+/// MPI_T class of a performance variable (the shim maps it to Open MPI's
+/// `MCA_BASE_PVAR_CLASS_*`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RustofiPvarClass {
+    /// Monotonic count of events since MPI_Init.
+    Counter = 0,
+    /// Current value of a quantity that rises and falls.
+    Level = 1,
+    /// Highest value a level has reached.
+    Highwatermark = 2,
 }
 
 /// Envelope reported by a probe.
@@ -91,7 +124,7 @@ fn guard(what: &str, f: impl FnOnce() -> c_int) -> c_int {
                 .map(|s| s.to_string())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            crate::log::error(&format!("internal error in {what}: {msg}"));
+            crate::log::problem(Topic::InternalError, &format!("{what}: {msg}"));
             ERR
         }
     }
@@ -225,11 +258,13 @@ pub unsafe extern "C" fn rustofi_init(
         // SAFETY: the contract says both point to valid structures; they
         // are read here during the call only (the callbacks are copied).
         let (cfg, cb) = unsafe { (&*cfg, *cb) };
+        crate::log::set_rank(cfg.rank);
         let raw = RawParams {
             include: opt_str(cfg.provider_include),
             include_set: cfg.include_set,
             exclude: opt_str(cfg.provider_exclude),
             exclude_set: cfg.exclude_set,
+            nic: opt_str(cfg.nic),
             eager_limit: cfg.eager_limit,
             rndv_protocol: opt_str(cfg.rndv_protocol),
             chunk: cfg.rndv_chunk_size,
@@ -238,6 +273,7 @@ pub unsafe extern "C" fn rustofi_init(
             fault_inject: opt_str(cfg.fault_inject),
             shm: opt_str(cfg.shm),
             coalesce: cfg.coalesce,
+            mr_cache_size: cfg.mr_cache_size,
             priority: cfg.priority,
             named: cfg.named,
             // Open MPI converts leniently ("abc" is 0, digits beyond 64 bits
@@ -251,13 +287,19 @@ pub unsafe extern "C" fn rustofi_init(
                 })
                 .collect(),
         };
+        if let Err(e) = config::validate_lists(&raw) {
+            crate::log::problem(Topic::ProviderLists, &e);
+            return 1;
+        }
         let settings = match config::validate(&raw) {
             Ok(s) => s,
             Err(e) => {
-                crate::log::error(&format!("{e}; the component is disabled"));
+                crate::log::problem(Topic::BadValue, &e);
                 return 1;
             }
         };
+        crate::trace::install(settings.verbose);
+        let _init = tracing::info_span!("init", rank = cfg.rank).entered();
         // rxm's bounce buffers stay at their default size (16 KiB): eager
         // packets above it travel as rxm segments (SAR) on the same
         // connection. Enlarging them to a whole 64 KiB packet multiplied
@@ -299,27 +341,41 @@ pub unsafe extern "C" fn rustofi_init(
             Ok(l) => l,
             Err(e) => {
                 if settings.explicit || settings.verbose > 0 {
-                    crate::log::error(&format!(
-                        "no libfabric provider offers reliable datagram endpoints ({e}); \
-                         the component is disabled"
-                    ));
+                    crate::log::problem(
+                        Topic::NoProvider,
+                        &format!("no libfabric provider offers reliable datagram endpoints ({e})"),
+                    );
                 }
                 return 1;
             }
         };
         let names: Vec<String> = list.iter().map(|i| i.provider()).collect();
+        if tracing::enabled!(tracing::Level::INFO) {
+            let mut distinct = names.clone();
+            distinct.dedup();
+            tracing::info!(candidates = ?distinct, "libfabric providers offered");
+        }
         let index = match config::select_provider(&names, &settings) {
             Ok(i) => i,
             Err(e) => {
                 // Only a user's explicit choice warrants a message; a default
                 // run on a machine without a fabric declines quietly.
                 if settings.explicit || !settings.include.is_empty() || settings.verbose > 0 {
-                    crate::log::error(&format!("{e}; the component is disabled"));
+                    crate::log::problem(Topic::UnknownProvider, &e);
                 }
                 return 1;
             }
         };
+        tracing::info!(provider = %names[index], "provider selected");
         let verbose = settings.verbose;
+        let pick = match crate::topo::pick_nic(&list, &names[index], &settings.nic) {
+            Ok(p) => p,
+            Err(e) => {
+                crate::log::error(&format!("{}: {e}; the component is disabled", names[index]));
+                return 1;
+            }
+        };
+        let index = pick.index;
         let shm_mode = settings.shm;
         let shm = if config::shm_wanted(shm_mode, &names[index]) {
             let i = config::shm_index(&names);
@@ -330,7 +386,7 @@ pub unsafe extern "C" fn rustofi_init(
                     names[index]
                 );
                 if shm_mode == config::ShmMode::On {
-                    crate::log::error(&format!("{msg}; the component is disabled"));
+                    crate::log::problem(Topic::NoShm, &msg);
                     return 1;
                 }
                 if verbose > 0 {
@@ -342,21 +398,27 @@ pub unsafe extern "C" fn rustofi_init(
             None
         };
         let shm_required = shm_mode == config::ShmMode::On;
-        let engine = match Engine::open(list, index, shm, shm_required, settings, cfg.my_name) {
+        let mut engine = match Engine::open(list, index, shm, shm_required, settings, cfg.my_name) {
             Ok(e) => e,
             Err(e) => {
-                crate::log::error(&format!(
-                    "cannot open provider {}: {}; the component is disabled",
-                    names[index], e.0
-                ));
+                crate::log::problem(
+                    Topic::OpenFailed,
+                    &format!("cannot open provider {}: {}", names[index], e.0),
+                );
                 return 1;
             }
         };
         if verbose > 1 {
             crate::log::info(&format!(
-                "rustofi: opened rank={} provider={} shm={} rma={} rndv={} caps={:?}",
+                "rustofi: opened rank={} provider={} nic={} local_rank={} near_nics={} \
+                 nic_distance={} shm={} rma={} rndv={} caps={:?}",
                 cfg.rank,
                 engine.provider,
+                engine.nic,
+                pick.local_rank,
+                pick.near.join(","),
+                pick.distance
+                    .map_or("unknown".to_string(), |d| d.to_string()),
                 engine.shm_provider().unwrap_or("off"),
                 engine.caps.rma,
                 if engine.rndv_uses_read() {
@@ -367,6 +429,23 @@ pub unsafe extern "C" fn rustofi_init(
                 engine.caps
             ));
         }
+        let cache = engine.settings.mr_cache;
+        if cache > 0 && cfg.mem_hooks {
+            engine.enable_mr_cache(cache, RELEASES.get_or_init(Default::default).clone());
+        }
+        if verbose > 1 {
+            crate::log::info(&if cache == 0 {
+                "rustofi: registration cache off (mtl_rustofi_mr_cache_size 0)".to_string()
+            } else if cfg.mem_hooks {
+                format!("rustofi: registration cache on, {cache} unused registrations kept")
+            } else {
+                "rustofi: registration cache off: Open MPI's memory hooks do not report \
+                 munmap and free here, so a freed buffer could not be told apart; every \
+                 rendezvous registers its buffer"
+                    .to_string()
+            });
+        }
+        crate::pvars::publish(engine.stats().clone());
         let comp = Box::new(Component {
             engine,
             cb,
@@ -717,6 +796,25 @@ pub unsafe extern "C" fn rustofi_cancel(req: *mut RustofiReqHead) -> c_int {
     })
 }
 
+/// Memory-release notices for the registration cache (one per process,
+/// like the hooks that feed it).
+static RELEASES: std::sync::OnceLock<std::sync::Arc<ReleaseRing>> = std::sync::OnceLock::new();
+
+/// Open MPI's memory hooks report that `[addr, addr + len)` goes back to
+/// the system. Runs inside munmap/free in any thread, possibly while
+/// another thread is inside the engine: it only pushes on a lock-free ring
+/// (no allocation, no lock).
+#[no_mangle]
+pub extern "C" fn rustofi_mem_release(addr: *mut c_void, len: usize) {
+    // Nothing here can panic (the ring indexes modulo its size); the
+    // guard is there so that nothing ever unwinds into munmap.
+    let _ = catch_unwind(|| {
+        if let Some(r) = RELEASES.get() {
+            r.push(addr as usize, len);
+        }
+    });
+}
+
 /// Flushes outstanding sends, prints counters when `verbose >= 1`, and
 /// closes every libfabric resource.
 #[no_mangle]
@@ -741,6 +839,71 @@ pub extern "C" fn rustofi_finalize() -> c_int {
         // SAFETY: the pointer was a leaked Box and is no longer reachable.
         drop(unsafe { Box::from_raw(p) });
         0
+    })
+}
+
+/// Routes the library's messages through the shim: called when the
+/// component registers, before anything can print.
+///
+/// # Safety
+/// `hooks` must point to a valid structure (it is copied).
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_set_log_hooks(hooks: *const RustofiLogHooks) -> c_int {
+    guard("rustofi_set_log_hooks", || {
+        // SAFETY: the contract says `hooks` points to a valid structure;
+        // it is copied.
+        crate::log::set_hooks(unsafe { *hooks });
+        0
+    })
+}
+
+/// Number of MPI_T performance variables (see `pvars`).
+#[no_mangle]
+pub extern "C" fn rustofi_pvar_count() -> usize {
+    crate::pvars::PVARS.len()
+}
+
+/// Name (after `mtl_rustofi_`), description and class of performance
+/// variable `index`; the strings are static. -1 if `index` is out of range.
+///
+/// # Safety
+/// `name`, `desc` and `class` must be valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_pvar_info(
+    index: usize,
+    name: *mut *const c_char,
+    desc: *mut *const c_char,
+    class: *mut RustofiPvarClass,
+) -> c_int {
+    guard("rustofi_pvar_info", || {
+        let Some(p) = crate::pvars::PVARS.get(index) else {
+            return ERR;
+        };
+        // SAFETY: the contract says the three pointers are valid for
+        // writes; the strings written are 'static.
+        unsafe {
+            *name = p.name.as_ptr();
+            *desc = p.desc.as_ptr();
+            *class = p.class;
+        }
+        0
+    })
+}
+
+/// Current value of performance variable `index` (0 before the engine is
+/// open; after finalize, the final value). -1 if `index` is out of range.
+///
+/// # Safety
+/// `value` must be valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_pvar_read(index: usize, value: *mut u64) -> c_int {
+    guard("rustofi_pvar_read", || match crate::pvars::read(index) {
+        Some(v) => {
+            // SAFETY: the contract says `value` is valid for writes.
+            unsafe { *value = v };
+            0
+        }
+        None => ERR,
     })
 }
 
@@ -802,8 +965,11 @@ pub const RUSTOFI_LAYOUT_CONFIG_COALESCE: usize = 88;
 pub const RUSTOFI_LAYOUT_CONFIG_NAMED: usize = 96;
 pub const RUSTOFI_LAYOUT_CONFIG_MY_NAME: usize = 104;
 pub const RUSTOFI_LAYOUT_CONFIG_RANK: usize = 112;
-pub const RUSTOFI_LAYOUT_CONFIG_PRIORITY: usize = 120;
-pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 128;
+pub const RUSTOFI_LAYOUT_CONFIG_NIC: usize = 120;
+pub const RUSTOFI_LAYOUT_CONFIG_MR_CACHE_SIZE: usize = 128;
+pub const RUSTOFI_LAYOUT_CONFIG_MEM_HOOKS: usize = 136;
+pub const RUSTOFI_LAYOUT_CONFIG_PRIORITY: usize = 144;
+pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 152;
 
 /// Asserts at compile time that `$ty` has size `$size` and each listed
 /// field has the given offset and size (every field must be listed: the
@@ -850,7 +1016,7 @@ assert_layout!(RustofiCallbacks, size RUSTOFI_LAYOUT_CALLBACKS_SIZE, pad 0;
     send_complete: SendCb = RUSTOFI_LAYOUT_CALLBACKS_SEND_COMPLETE,
     cancel_complete: CancelCb = RUSTOFI_LAYOUT_CALLBACKS_CANCEL_COMPLETE,
 );
-assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 21;
+assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 28;
     provider_include: *const c_char = RUSTOFI_LAYOUT_CONFIG_PROVIDER_INCLUDE,
     include_set: bool = RUSTOFI_LAYOUT_CONFIG_INCLUDE_SET,
     provider_exclude: *const c_char = RUSTOFI_LAYOUT_CONFIG_PROVIDER_EXCLUDE,
@@ -866,5 +1032,8 @@ assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 21;
     named: bool = RUSTOFI_LAYOUT_CONFIG_NAMED,
     my_name: u64 = RUSTOFI_LAYOUT_CONFIG_MY_NAME,
     rank: i64 = RUSTOFI_LAYOUT_CONFIG_RANK,
+    nic: *const c_char = RUSTOFI_LAYOUT_CONFIG_NIC,
+    mr_cache_size: i64 = RUSTOFI_LAYOUT_CONFIG_MR_CACHE_SIZE,
+    mem_hooks: bool = RUSTOFI_LAYOUT_CONFIG_MEM_HOOKS,
     priority: i64 = RUSTOFI_LAYOUT_CONFIG_PRIORITY,
 );

@@ -3,7 +3,12 @@
 //! Layers, from Open MPI down:
 //! - `shim/rustofi_shim.c` (C): component registration, MCA parameters,
 //!   modex, convertors, status and request completion;
+//!   `shim/rustofi_site.c` (C): enumerated parameters, help messages,
+//!   output and MPI_T performance variables;
 //! - [`ffi`]: the one module that crosses the C boundary (panic guards);
+//!   `log` (messages through the shim's hooks), `trace` (the `tracing`
+//!   subscriber behind `mtl_rustofi_verbose`) and `pvars` (the table of
+//!   MPI_T variables) serve it;
 //! - `engine`: MTL calls as commands, behind the thread `handoff`
 //!   (progress token and lock-free `inbox`);
 //! - `proto`: the protocol core, without I/O: matching ([`matching`]),
@@ -32,14 +37,19 @@ mod handoff;
 mod inbox;
 mod log;
 pub mod matching;
+mod memrelease;
+mod nic;
 mod order;
 mod params;
 mod proto;
+mod pvars;
 mod request;
 mod shmfile;
 #[cfg(test)]
 mod sim;
 mod sync;
 mod sys;
+mod topo;
+mod trace;
 mod usermem;
 mod wire;

@@ -45,6 +45,7 @@ pub(crate) const NUMERIC: &[NumericParam] = &[
     param("rndv_chunk_size", 4096, 1 << 40, "bytes"),
     param("rx_buffers", 8, 65536, ""),
     param("coalesce", 0, 1, ""),
+    param("mr_cache_size", 0, 65536, ""),
 ];
 
 /// The entry of parameter `name`.

@@ -5,9 +5,9 @@
 #
 # With mtl_rustofi_verbose >= 1 every rank prints one line at MPI_Finalize
 # (`stats_line` in mtl_rustofi/src/engine.rs):
-#   rustofi: rank=R provider=P shm=S net_peers=N shm_peers=N sent_msgs=N
+#   rustofi: rank=R provider=P nic=D shm=S net_peers=N shm_peers=N sent_msgs=N
 #   sent_bytes=N recv_msgs=N recv_bytes=N eager=N rndv=N unexpected=N
-#   errors=N coalesced=N
+#   errors=N coalesced=N mr_reg=N mr_hits=N
 # on one line, as space-separated key=value fields. Other output of the
 # same rank may precede it on its line (in mpirun's combined output partial
 # writes of ranks interleave), so everything before the marker is ignored.

@@ -77,7 +77,13 @@ impl Core {
     }
 
     /// Cancels every chunk of a rendezvous: posted ones through the
-    /// driver (each is still reported once), queued ones at once.
+    /// driver (each is still reported once), queued ones at once. The
+    /// queued ones are all taken out before any is accounted for, and the
+    /// accounting does not abort again: reporting them one by one through
+    /// `chunk_done` re-entered the abort for each (recursion as deep as the
+    /// queue, quadratic work) and left this loop holding ids that the
+    /// inner calls had already freed, so a Cancel could name an operation
+    /// that had reused the id.
     fn cancel_chunks(&mut self, owner: ChunkOwner, out: &mut Out) {
         let mine: Vec<(OpId, usize)> = self
             .ops
@@ -87,17 +93,50 @@ impl Core {
                 _ => None,
             })
             .collect();
+        let mut dropped = 0;
         for (id, rail) in mine {
             let queue = &mut self.rails[rail].retry;
             if let Some(pos) = queue.iter().position(|&q| q == id) {
                 queue.remove(pos);
                 self.ops.remove(id);
-                self.chunk_done(owner, true, out);
+                dropped += 1;
             } else {
                 out.actions.push(Action::Cancel {
                     op: id,
                     rail: super::ids::RailId(rail as u8),
                 });
+            }
+        }
+        if dropped > 0 {
+            self.chunks_dropped(owner, dropped, out);
+        }
+    }
+
+    /// Accounts for `n` chunks of an aborted rendezvous that were dropped
+    /// before reaching the driver, finishing it if nothing else is out.
+    fn chunks_dropped(&mut self, owner: ChunkOwner, n: usize, out: &mut Out) {
+        match owner {
+            ChunkOwner::Send(cookie) => {
+                let Some(s) = self.rndv_send.get_mut(&cookie) else {
+                    return;
+                };
+                s.outstanding -= n;
+                s.failed = true;
+                if s.outstanding == 0 {
+                    self.finish_rndv_send(cookie, true, out);
+                }
+            }
+            ChunkOwner::Recv(id) => {
+                let Some(r) = self.rndv_recv.get_mut(id) else {
+                    return;
+                };
+                r.outstanding -= n;
+                r.failed = true;
+                if r.read {
+                    self.pump_reads(id, out);
+                } else if r.outstanding == 0 {
+                    self.finish_rndv_recv(id, out);
+                }
             }
         }
     }

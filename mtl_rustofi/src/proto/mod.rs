@@ -22,19 +22,23 @@
 //! - [`rndv`]: what both rendezvous protocols share (RTS, FIN, state);
 //! - [`abort`]: a failed rendezvous cancels its chunks and tells the peer;
 //! - [`rndv_read`]: the receiver reads the sender's buffer (FI_RMA);
-//! - [`rndv_send`]: the receiver grants tags, the sender sends (FI_TAGGED).
+//! - [`rndv_send`]: the receiver grants tags, the sender sends (FI_TAGGED);
+//! - [`mrcache`]: registrations of user buffers kept for reuse;
+//! - [`usermr`]: how rendezvous registrations go through that cache.
 
 mod abort;
 pub(crate) mod action;
 mod coalesce;
 mod eager;
 pub(crate) mod ids;
+mod mrcache;
 mod peers;
 mod recv;
 mod rndv;
 mod rndv_read;
 mod rndv_send;
 mod txq;
+mod usermr;
 
 pub(crate) use action::{Access, Action, Event, Out, PostError, Posted, Status};
 pub(crate) use eager::SendArgs;
@@ -104,6 +108,44 @@ pub(crate) struct Stats {
     pub(crate) shm_peers: AtomicU64,
     /// Eager messages that shared a packet with an earlier one.
     pub(crate) coalesced: AtomicU64,
+    /// Messages in the unexpected queue, and their payload bytes (a
+    /// rendezvous counts its whole announced length).
+    pub(crate) unexpected_now: Level,
+    pub(crate) unexpected_bytes_now: Level,
+    /// Receives in the posted queue.
+    pub(crate) posted_now: Level,
+    /// Registrations of user buffers made for rendezvous transfers.
+    pub(crate) mr_reg: AtomicU64,
+    /// Rendezvous transfers served a cached registration.
+    pub(crate) mr_hits: AtomicU64,
+}
+
+/// A level and its high-water mark. Only the progress-token holder changes
+/// it (the core runs under the token), so plain loads and stores suffice:
+/// no locked instruction on the matching path. Readers on other threads
+/// (MPI_T) see a recent value.
+#[derive(Default)]
+pub(crate) struct Level {
+    pub(crate) now: AtomicU64,
+    pub(crate) peak: AtomicU64,
+}
+
+impl Level {
+    #[inline]
+    pub(crate) fn up(&self, n: u64) {
+        let now = self.now.load(Relaxed) + n;
+        self.now.store(now, Relaxed);
+        if now > self.peak.load(Relaxed) {
+            self.peak.store(now, Relaxed);
+        }
+    }
+
+    #[inline]
+    pub(crate) fn down(&self, n: u64) {
+        let now = self.now.load(Relaxed);
+        debug_assert!(now >= n, "level below zero");
+        self.now.store(now.saturating_sub(n), Relaxed);
+    }
 }
 
 impl Stats {
@@ -176,6 +218,9 @@ pub(crate) struct Core {
     /// Bounce buffers whose registration was released in the last batch of
     /// actions; freed at the next tick, after the driver executed it.
     retired: Vec<Box<[u8]>>,
+    /// Registration cache and the memory-release notices that keep it
+    /// valid (`None`: every rendezvous registers its buffer anew).
+    mr_cache: Option<usermr::Cached>,
     stats: Arc<Stats>,
 }
 
@@ -218,6 +263,7 @@ impl Core {
             open_bundles: Vec::new(),
             queued: false,
             retired: Vec::new(),
+            mr_cache: None,
             stats,
         }
     }

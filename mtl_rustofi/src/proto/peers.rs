@@ -58,6 +58,7 @@ impl Core {
         let id = PeerId(self.peers.len() as u32);
         let r = &mut self.rails[rail.index()];
         r.peers += 1;
+        tracing::info!(peer = id.0, name, rail = ?r.profile.kind, "peer added");
         match r.profile.kind {
             RailKind::Net => Stats::add(&self.stats.net_peers, 1),
             RailKind::Shm => Stats::add(&self.stats.shm_peers, 1),

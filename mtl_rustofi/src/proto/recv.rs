@@ -58,10 +58,14 @@ impl Core {
         self.flush_bundles(None, out);
         match self.matcher.post(sel, PostedRecv { req, buf }) {
             Ok((p, env, u)) => {
+                self.unqueue_unexpected(&u);
                 self.deliver(p, env, u, out);
                 None
             }
-            Err(id) => Some(id),
+            Err(id) => {
+                self.stats.posted_now.up(1);
+                Some(id)
+            }
         }
     }
 
@@ -88,6 +92,7 @@ impl Core {
         self.flush_bundles(None, out);
         match self.matcher.cancel(id) {
             Some(p) => {
+                self.stats.posted_now.down(1);
                 out.events.push(Event::Cancelled { req: p.req });
                 true
             }
@@ -109,12 +114,20 @@ impl Core {
     pub(crate) fn mprobe(&mut self, sel: &Selector, out: &mut Out) -> Option<(ProbeInfo, MsgId)> {
         self.flush_bundles(None, out);
         let (env, u) = self.matcher.take_unexpected(sel)?;
+        self.unqueue_unexpected(&u);
         let info = ProbeInfo {
             src: env.src,
             tag: env.tag,
             len: u.len(),
         };
         Some((info, self.taken.insert((env, u))))
+    }
+
+    /// Accounts for a message leaving the unexpected queue.
+    #[inline]
+    fn unqueue_unexpected(&self, u: &Unexpected) {
+        self.stats.unexpected_now.down(1);
+        self.stats.unexpected_bytes_now.down(u.len());
     }
 
     /// Hands a matched message to a receive.
@@ -143,6 +156,7 @@ impl Core {
         };
         let sync = has(hdr, SYNC).then_some(Cookie(hdr.cookie));
         if let Some(p) = self.matcher.take_posted(&env) {
+            self.stats.posted_now.down(1);
             match hdr.kind {
                 Kind::Eager => self.finish_eager(p, env, peer, payload, sync, out),
                 _ => self.start_rndv_recv(p, peer, hdr, out),
@@ -158,6 +172,8 @@ impl Core {
             },
             _ => Unexpected::Rts { peer, hdr: *hdr },
         };
+        self.stats.unexpected_now.up(1);
+        self.stats.unexpected_bytes_now.up(u.len());
         let queued = self.matcher.arrive(env, u);
         debug_assert!(queued.is_none());
     }

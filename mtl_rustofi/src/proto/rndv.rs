@@ -14,6 +14,7 @@ use super::ids::{Cookie, MrId, PeerId, ReqId, RndvId};
 use super::peers::has;
 use super::recv::PostedRecv;
 use super::txq::{AfterSend, ChunkOwner, MrUse};
+use super::usermr::UserMr;
 use super::{Core, CoreError, Stats};
 use crate::config::Fault;
 use crate::matching::Envelope;
@@ -26,6 +27,9 @@ pub(super) struct SendRndv {
     pub(super) buf: UserBuf,
     pub(super) peer: PeerId,
     pub(super) mr: Option<MrId>,
+    /// Start of the registered range (a cached registration may begin
+    /// before the buffer): RMA offsets are taken from it.
+    pub(super) mr_base: usize,
     pub(super) state: SendState,
     /// Data chunks handed over and not yet reported.
     pub(super) outstanding: usize,
@@ -97,6 +101,13 @@ impl Core {
         Stats::add(&self.stats.sent_bytes, len as u64);
         Stats::add(&self.stats.rndv, 1);
         let cookie = self.new_cookie();
+        tracing::debug!(
+            peer = s.peer.0,
+            len,
+            read,
+            cookie = cookie.0,
+            "rendezvous: RTS"
+        );
         let mut hdr = self.matchable_header(s.peer, Kind::Rts, s.ctx, s.src, s.tag, len);
         hdr.cookie = cookie.0;
         if !read {
@@ -107,6 +118,7 @@ impl Core {
             buf: s.buf,
             peer: s.peer,
             mr: None,
+            mr_base: s.buf.region().addr,
             state: SendState::AwaitReply,
             outstanding: 0,
             failed: false,
@@ -118,9 +130,19 @@ impl Core {
             } else {
                 Access::Send
             };
-            r.mr = Some(self.register(rail, s.buf.region(), access, MrUse::RndvSend(cookie), out));
             r.state = SendState::Registering(hdr);
-            self.rndv_send.insert(cookie, r);
+            match self.register_user(rail, s.buf.region(), access, MrUse::RndvSend(cookie), out) {
+                UserMr::Pending(mr) => {
+                    r.mr = Some(mr);
+                    self.rndv_send.insert(cookie, r);
+                }
+                UserMr::Hit { mr, key, base } => {
+                    r.mr = Some(mr);
+                    r.mr_base = base;
+                    self.rndv_send.insert(cookie, r);
+                    self.rndv_send_registered(cookie, mr, Ok(key), out);
+                }
+            }
             return Ok(());
         }
         self.rndv_send.insert(cookie, r);
@@ -144,7 +166,7 @@ impl Core {
         out: &mut Out,
     ) {
         let Some(s) = self.rndv_send.get_mut(&cookie) else {
-            self.deregister(mr, out);
+            self.release_user(mr, out);
             return;
         };
         let SendState::Registering(mut hdr) = s.state else {
@@ -156,10 +178,11 @@ impl Core {
         match result {
             Ok(key) => {
                 if !has(&hdr, wire::FLAG_RNDV_SEND) {
+                    let addr = s.buf.region().addr;
                     hdr.ext0 = if self.rails[rail.index()].profile.mr_virt_addr {
-                        s.buf.region().addr as u64
+                        addr as u64
                     } else {
-                        0
+                        (addr - s.mr_base) as u64
                     };
                     hdr.ext1 = key;
                 }
@@ -219,7 +242,7 @@ impl Core {
             return;
         };
         if let Some(mr) = s.mr {
-            self.deregister(mr, out);
+            self.release_user(mr, out);
         }
         out.events.push(Event::Send {
             req: s.req,
@@ -257,6 +280,13 @@ impl Core {
         }
         let want = hdr.len.min(p.buf.len() as u64) as usize;
         let read = !has(hdr, wire::FLAG_RNDV_SEND);
+        tracing::debug!(
+            peer = peer.0,
+            len = hdr.len,
+            want,
+            read,
+            "rendezvous: matched RTS"
+        );
         let mut key = hdr.ext1;
         if read && self.fault == Fault::RmaKey {
             self.fault = Fault::None;
@@ -293,10 +323,16 @@ impl Core {
         if want > 0 && self.rails[rail.index()].profile.mr_local {
             let access = if read { Access::Read } else { Access::Recv };
             let region = p.buf.region().slice(0, want);
-            let mr = self.register(rail, region, access, MrUse::RndvRecv(id), out);
+            let got = self.register_user(rail, region, access, MrUse::RndvRecv(id), out);
             let r = self.rndv_recv.get_mut(id).expect("just inserted");
-            r.mr = Some(mr);
             r.registering = true;
+            match got {
+                UserMr::Pending(mr) => r.mr = Some(mr),
+                UserMr::Hit { mr, key, .. } => {
+                    r.mr = Some(mr);
+                    self.rndv_recv_registered(id, mr, Ok(key), out);
+                }
+            }
             return;
         }
         self.rndv_recv_proceed(id, out);
@@ -319,7 +355,7 @@ impl Core {
         out: &mut Out,
     ) {
         let Some(r) = self.rndv_recv.get_mut(id) else {
-            self.deregister(mr, out);
+            self.release_user(mr, out);
             return;
         };
         r.registering = false;
@@ -392,7 +428,7 @@ impl Core {
             self.count_error();
         }
         if let Some(mr) = r.mr {
-            self.deregister(mr, out);
+            self.release_user(mr, out);
         }
         if (r.read || !r.cts_sent) && !self.peers[r.peer.index()].lost {
             let mut fin = self.header(Kind::Fin);

@@ -233,8 +233,14 @@ impl Core {
                     *u = MrUse::Failed;
                 }
             }
-            (MrUse::RndvSend(cookie), r) => self.rndv_send_registered(cookie, mr, r, out),
-            (MrUse::RndvRecv(id), r) => self.rndv_recv_registered(id, mr, r, out),
+            (MrUse::RndvSend(cookie), r) => {
+                self.user_registered(mr, r);
+                self.rndv_send_registered(cookie, mr, r, out)
+            }
+            (MrUse::RndvRecv(id), r) => {
+                self.user_registered(mr, r);
+                self.rndv_recv_registered(id, mr, r, out)
+            }
         }
     }
 
@@ -452,6 +458,11 @@ impl Core {
             // A packet about to be resent is not counted as an error yet:
             // only one that fails for good is.
             if !self.peers[peer.index()].lost {
+                tracing::debug!(
+                    peer = peer.0,
+                    attempts_left = left + 1,
+                    "resending a packet"
+                );
                 self.error(&format!(
                     "packet send failed: {why}; resending ({} attempts left)",
                     left + 1
@@ -559,6 +570,11 @@ impl Core {
     /// Puts an operation at the end of its rail's queue (handed over again
     /// by `run_retries`).
     fn requeue(&mut self, rail: RailId, id: OpId) {
+        tracing::trace!(
+            rail = rail.0,
+            op = id.0,
+            "operation queued (credits or provider busy)"
+        );
         self.rails[rail.index()].retry.push_back(id);
         self.queued = true;
     }

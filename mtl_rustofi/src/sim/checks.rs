@@ -300,11 +300,31 @@ impl World {
             if let Some(g) = node
                 .mrs
                 .values()
-                .find(|g| g.access != Access::Send || node.is_user_mem(g.region))
+                .find(|g| g.access != Access::Send || g.released || node.is_user_mem(g.region))
             {
                 self.fail(&format!(
                     "node {n}: registration of {:?} ({:?}) left at quiesce",
                     g.region, g.access
+                ));
+            }
+            // The MPI_T levels follow the queues they describe.
+            let st = &node.stats;
+            let levels = [
+                ("posted_now", Stats::get(&st.posted_now.now), l.posted),
+                (
+                    "unexpected_now",
+                    Stats::get(&st.unexpected_now.now),
+                    l.unexpected,
+                ),
+            ];
+            for (what, level, queue) in levels {
+                if level != queue as u64 {
+                    self.fail(&format!("node {n}: {what} = {level}, queue holds {queue}"));
+                }
+            }
+            if l.unexpected == 0 && Stats::get(&st.unexpected_bytes_now.now) != 0 {
+                self.fail(&format!(
+                    "node {n}: unexpected bytes left with an empty queue"
                 ));
             }
             let errors = Stats::get(&node.stats.errors);
@@ -338,12 +358,18 @@ pub(crate) struct Coverage {
     pub(crate) cancelled_at_end: u64,
     pub(crate) coalesced: u64,
     pub(crate) unexpected: u64,
+    /// Sum of the unexpected-queue high-water marks (MPI_T).
+    pub(crate) unexpected_peak: u64,
     pub(crate) errors: u64,
     pub(crate) deaths: u64,
     pub(crate) deaths_mid_rndv: u64,
     pub(crate) dups: u64,
     /// Tagged receives the core cancelled (an aborted send rendezvous).
     pub(crate) chunks_cancelled: u64,
+    /// Rendezvous served a cached registration.
+    pub(crate) mr_hits: u64,
+    /// Memory releases reported to a node.
+    pub(crate) releases: u64,
 }
 
 impl Coverage {
@@ -388,9 +414,12 @@ impl Coverage {
         self.deaths_mid_rndv += w.died_mid_rndv as u64;
         self.dups += w.dups as u64;
         self.chunks_cancelled += w.chunks_cancelled as u64;
+        self.releases += w.releases as u64;
         for n in &w.nodes {
+            self.mr_hits += Stats::get(&n.stats.mr_hits);
             self.coalesced += Stats::get(&n.stats.coalesced);
             self.unexpected += Stats::get(&n.stats.unexpected);
+            self.unexpected_peak += Stats::get(&n.stats.unexpected_now.peak);
             self.errors += Stats::get(&n.stats.errors);
         }
     }

@@ -389,3 +389,41 @@ fn sim_core_fault_injection_rma_key_and_bad_packet() {
     assert_eq!(errors(&w, 1), 1, "the malformed packet");
     assert_eq!(errors(&w, 0), 0);
 }
+
+/// A rendezvous of many chunks on a rail with one operation in flight,
+/// whose first chunk fails: the abort finds nearly all of them still in
+/// the transmit queue (found by fuzzing the core: dropping them one at a
+/// time re-entered the abort for each, as deep as the queue, and left the
+/// outer pass with freed operation ids). Both requests fail once, the next
+/// message arrives intact, and nothing is left.
+#[test]
+fn sim_abort_with_a_deep_chunk_queue() {
+    for &profile in some(&["tiny", "tiny-send"]) {
+        let p = &profile_set(profile).expect("known").profiles[0];
+        let chunks = if cfg!(miri) { 8 } else { 300 };
+        let specs = vec![
+            msg(0, 1, 0, p.eager_limit + chunks * p.chunk, false),
+            msg(0, 1, 1, 100, false),
+        ];
+        let fired = Rc::new(Cell::new(false));
+        let f = fired.clone();
+        let w = directed(profile, specs, false, move |i| {
+            if is_chunk(i) && !f.get() {
+                f.set(true);
+                return Inject::CqError;
+            }
+            Inject::Clean
+        });
+        assert!(fired.get(), "{profile}: no chunk was posted");
+        assert_eq!(recv_status(&w, 0), Some(Status::Failed), "{profile}");
+        assert_eq!(send_status(&w, 0), Some(Status::Failed), "{profile}");
+        assert_eq!(recv_status(&w, 1), Some(Status::Ok), "{profile}");
+        assert_eq!(
+            w.stray_cancels, 0,
+            "{profile}: cancels of operations not in flight"
+        );
+        for n in &w.nodes {
+            assert_eq!(n.core.leftovers().ops, 0, "{profile}: operations left");
+        }
+    }
+}

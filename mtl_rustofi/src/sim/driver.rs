@@ -221,6 +221,11 @@ impl World {
                 "node {n}: {what} names {mr:?}, which is not registered"
             ));
         };
+        if reg.released {
+            self.fail(&format!(
+                "node {n}: {what} of {local:?} names {mr:?}, a registration of memory released since"
+            ));
+        }
         if reg.failed {
             return false;
         }
@@ -583,6 +588,7 @@ impl World {
                         access,
                         key,
                         failed: fail,
+                        released: false,
                     },
                 );
                 let res = if fail { Err(-12) } else { Ok(key) };
@@ -593,6 +599,9 @@ impl World {
                 // message is taken back and reports its cancellation; any
                 // other operation has finished or is under way, and its
                 // report comes as scheduled.
+                if !self.nodes[n].posted.contains_key(&op) {
+                    self.stray_cancels += 1;
+                }
                 let rs = &mut self.nodes[n].rails[rail.index()];
                 if let Some(i) = rs.tposted.iter().position(|t| t.op == op) {
                     let t = rs.tposted.remove(i);

@@ -7,6 +7,7 @@ use super::workload::{Buf, Plan};
 use super::Faults;
 use crate::config::Fault;
 use crate::matching::PostId;
+use crate::memrelease::ReleaseRing;
 use crate::proto::ids::{FiAddr, MrId, OpId, PeerId, RailId, RxSlot};
 use crate::proto::{Access, Action, Core, CoreConfig, Event, Out, ProbeInfo, Stats};
 use crate::usermem::Region;
@@ -123,6 +124,12 @@ pub(crate) enum Ev {
         node: usize,
         dead: usize,
     },
+    /// The memory of a finished request goes back to the system (as a
+    /// munmap would): the node's memory hooks report it.
+    Release {
+        node: usize,
+        req: usize,
+    },
 }
 
 pub(crate) struct Queued {
@@ -155,6 +162,8 @@ pub(crate) struct Reg {
     pub(crate) access: Access,
     pub(crate) key: u64,
     pub(crate) failed: bool,
+    /// Memory it covers was released since: it must never be used again.
+    pub(crate) released: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -227,6 +236,9 @@ pub(crate) struct Node {
     pub(crate) rx_posts: u64,
     /// Request buffers (address → length): where user memory is.
     pub(crate) user_mem: BTreeMap<usize, usize>,
+    /// Memory-release notices for the core's registration cache (`None`:
+    /// the cache is off, as without memory hooks).
+    pub(crate) ring: Option<Arc<ReleaseRing>>,
 }
 
 impl Node {
@@ -260,6 +272,11 @@ pub(crate) struct Req {
     pub(crate) done: Option<(u64, Event)>,
     pub(crate) refused: bool,
     pub(crate) post: Option<PostId>,
+    /// The request whose allocation this one's memory is (itself, or an
+    /// earlier send whose buffer it reuses).
+    pub(crate) root: usize,
+    /// For a root: the latest request reusing its memory.
+    pub(crate) lent_to: Option<usize>,
 }
 
 pub(crate) struct World {
@@ -287,6 +304,9 @@ pub(crate) struct World {
     pub(crate) orphans: Vec<(usize, usize, usize, u64)>,
     /// Posted tagged receives taken back by a Cancel action.
     pub(crate) chunks_cancelled: usize,
+    /// Cancels naming an operation that was not in flight (the core must
+    /// cancel only what it handed over and has not had reported).
+    pub(crate) stray_cancels: usize,
     /// Tagged receives refused with EAGAIN and not posted since, by
     /// (node, rail, source, tag).
     pub(crate) deferred_trecvs: std::collections::HashSet<(usize, usize, usize, u64)>,
@@ -303,6 +323,15 @@ pub(crate) struct World {
     pub(crate) cancel_lost: usize,
     /// Packets delivered twice.
     pub(crate) dups: usize,
+    /// Decides buffer reuse, memory release and the cache settings (its own
+    /// stream, so that seeds keep the rest of their runs).
+    pub(crate) mrng: Rng,
+    /// Memory releases reported to nodes.
+    pub(crate) releases: usize,
+    /// How sends reuse buffers and memory is released.
+    pub(crate) mem: super::memreuse::MemPlan,
+    /// Registrations each node's cache held when the run went quiet.
+    pub(crate) cached_at_end: Vec<usize>,
 }
 
 /// FNV-1a, to notice memory that changed under a posted operation.
@@ -341,6 +370,7 @@ impl World {
     pub(crate) fn new(seed: u64, rails: Rails, faults: Faults, plan: Plan) -> World {
         super::quiet();
         let mut rng = Rng::new(seed ^ 0xFAB1_C000);
+        let mut mrng = Rng::new(seed ^ 0x3E3_CAC4E);
         let n = plan.nodes;
         let mut nodes = Vec::new();
         for i in 0..n {
@@ -355,6 +385,12 @@ impl World {
                     .map_or(Fault::None, |f| f.1),
             };
             let mut core = Core::new(cfg, rails.profiles.clone(), stats.clone());
+            // Most nodes cache registrations, with small bounds so that
+            // eviction happens.
+            let ring = mrng.chance(800).then(|| Arc::new(ReleaseRing::new()));
+            if let Some(r) = &ring {
+                core.enable_mr_cache(mrng.usize(0, 4), r.clone());
+            }
             let mut peer_of = vec![None; n];
             for (j, p) in peer_of.iter_mut().enumerate() {
                 if j != i {
@@ -391,6 +427,7 @@ impl World {
                 fails: HashMap::new(),
                 rx_posts: 0,
                 user_mem: BTreeMap::new(),
+                ring,
             });
         }
         World {
@@ -411,6 +448,7 @@ impl World {
             mprobe_polls: 0,
             orphans: Vec::new(),
             chunks_cancelled: 0,
+            stray_cancels: 0,
             deferred_trecvs: Default::default(),
             hook: None,
             dead: None,
@@ -420,6 +458,10 @@ impl World {
             cancel_won: 0,
             cancel_lost: 0,
             dups: 0,
+            mrng,
+            releases: 0,
+            mem: Default::default(),
+            cached_at_end: Vec::new(),
         }
     }
 

@@ -23,6 +23,8 @@ mod checks;
 mod defects;
 mod driver;
 mod fabric;
+mod memreuse;
+mod mrcases;
 mod profiles;
 mod rng;
 mod run;

@@ -37,6 +37,7 @@ impl World {
             self.cancel_leftover_receives();
             self.settle();
         }
+        self.release_caches();
     }
 
     fn live(&self) -> impl Iterator<Item = usize> + '_ {
@@ -202,6 +203,7 @@ impl World {
                     self.tagged_arrive(to, rail, from, tag, data);
                 }
             }
+            Ev::Release { node, req } => self.release(node, req),
             Ev::Death { node } => self.die(node),
             Ev::PeerLost { node, dead } => {
                 if self.nodes[node].alive {
@@ -246,6 +248,11 @@ impl World {
         else {
             return false;
         };
+        if reg.released {
+            self.fail(&format!(
+                "node {from}: a read with key {key} reaches a registration of memory released since"
+            ));
+        }
         if reg.access != crate::proto::Access::RemoteRead {
             return false;
         }
@@ -403,9 +410,17 @@ impl World {
     }
 
     fn new_req(&mut self, n: usize, kind: ReqKind, data: Vec<u8>) -> usize {
-        let buf = Buf::new(data);
-        self.nodes[n].user_mem.insert(buf.addr(), buf.len());
+        let (buf, root) = match kind {
+            ReqKind::Send { msg } => self.send_buf(n, msg, data),
+            ReqKind::Recv { .. } => (Buf::new(data), None),
+        };
+        let len = self.nodes[n].user_mem.entry(buf.addr()).or_insert(0);
+        *len = (*len).max(buf.len());
         self.clock += 1;
+        let id = self.reqs.len();
+        if let Some(r) = root {
+            self.reqs[r].lent_to = Some(id);
+        }
         self.reqs.push(Req {
             node: n,
             kind,
@@ -414,8 +429,10 @@ impl World {
             done: None,
             refused: false,
             post: None,
+            root: root.unwrap_or(id),
+            lent_to: None,
         });
-        self.reqs.len() - 1
+        id
     }
 
     fn post_recv(&mut self, n: usize, c: usize) -> usize {
@@ -523,9 +540,13 @@ impl World {
                 len: r.buf.len(),
             };
             if region.len > 0 {
-                if let Some(g) = self.nodes[n].mrs.values().find(|g| {
+                // A registration the cache keeps between transfers may
+                // outlive the request; one a transfer still uses may not.
+                let node = &self.nodes[n];
+                if let Some((_, g)) = node.mrs.iter().find(|(&mr, g)| {
                     g.region.addr < region.addr + region.len
                         && region.addr < g.region.addr + g.region.len
+                        && node.core.mr_in_transfer(mr)
                 }) {
                     self.fail(&format!(
                         "node {n}: request completed while its memory is still registered ({:?}): {e:?}",
@@ -539,6 +560,7 @@ impl World {
             if let ReqKind::Send { .. } = r.kind {
                 r.buf.fill(POISON);
             }
+            self.maybe_release(n, req.0);
         }
     }
 

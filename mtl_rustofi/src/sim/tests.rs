@@ -56,6 +56,7 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
     want("cancels that won", c.cancel_won);
     want("cancels that lost", c.cancel_lost);
     want("unexpected messages", c.unexpected);
+    want("unexpected-queue high-water marks", c.unexpected_peak);
     want("coalesced sends", c.coalesced);
     if can_rndv {
         want("rendezvous", c.rndv);
@@ -65,6 +66,10 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
     let faults = fault_set(fault).expect("known fault set");
     // Registrations happen on FI_MR_LOCAL rails and for RMA reads.
     let registers = rails.profiles.iter().any(|p| p.mr_local || p.rndv_read);
+    if registers {
+        want("registration cache hits", c.mr_hits);
+    }
+    want("memory releases", c.releases);
     if faults.any_error() && (fault != "reg" || registers) {
         want("errors", c.errors);
     }

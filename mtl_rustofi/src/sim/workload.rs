@@ -119,13 +119,36 @@ pub(crate) const POISON: u8 = 0xEE;
 pub(crate) struct Buf {
     ptr: *mut u8,
     len: usize,
+    /// Its own allocation (else the front of an earlier request's, reused
+    /// as an application reuses a send buffer).
+    owned: bool,
 }
 
 impl Buf {
     pub(crate) fn new(data: Vec<u8>) -> Buf {
         let len = data.len();
         let ptr = Box::into_raw(data.into_boxed_slice()) as *mut u8;
-        Buf { ptr, len }
+        Buf {
+            ptr,
+            len,
+            owned: true,
+        }
+    }
+
+    /// `data` written over the front of this buffer, as the memory of a
+    /// new request. The caller makes sure this buffer's own request has
+    /// finished and no other request uses the memory meanwhile.
+    pub(crate) fn reuse(&self, data: &[u8]) -> Buf {
+        assert!(data.len() <= self.len);
+        // SAFETY: `ptr` is valid for `len >= data.len()` bytes (the
+        // allocation lives until the world is dropped), and no request
+        // uses the memory (the caller's promise).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr, data.len()) };
+        Buf {
+            ptr: self.ptr,
+            len: data.len(),
+            owned: false,
+        }
     }
 
     pub(crate) fn user(&self) -> UserBuf {
@@ -161,6 +184,9 @@ impl Buf {
 
 impl Drop for Buf {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         // SAFETY: `ptr` and `len` came from `Box::into_raw` of a boxed
         // slice of that length, freed only here.
         drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len)) });
