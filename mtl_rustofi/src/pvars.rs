@@ -42,6 +42,8 @@ pub(crate) const PVARS: &[Pvar] = &[
     Pvar { name: c"posted_peak", desc: c"Most receives ever in the posted queue", class: Highwatermark, read: |s| &s.posted_now.peak },
     Pvar { name: c"errors", desc: c"Errors observed (failed operations, rejected packets, peers given up)", class: Counter, read: |s| &s.errors },
     Pvar { name: c"coalesced", desc: c"Eager messages that shared a packet with an earlier one", class: Counter, read: |s| &s.coalesced },
+    Pvar { name: c"mr_reg", desc: c"Registrations of user buffers made for rendezvous transfers", class: Counter, read: |s| &s.mr_reg },
+    Pvar { name: c"mr_hits", desc: c"Rendezvous transfers served a cached registration", class: Counter, read: |s| &s.mr_hits },
     Pvar { name: c"net_peers", desc: c"Peers (this rank included) reached through the network provider", class: Level, read: |s| &s.net_peers },
     Pvar { name: c"shm_peers", desc: c"Peers (this rank included) reached through the shm rail", class: Level, read: |s| &s.shm_peers },
 ];

@@ -14,6 +14,9 @@
  *    send one rendezvous message of RNDV_LEN bytes and N_POSTED-1 eager
  *    ones; after they complete the level is back and rank 0's rndv
  *    counter rose by one.
+ * 3. The same rendezvous buffer again: where the first transfer registered
+ *    it (rank 0's mr_reg rose, by at most one, with mr_hits), the second is
+ *    served by the registration cache (mr_hits +1, mr_reg +0).
  * Every delta is exact except the high-water marks (at least).
  */
 #include "common.h"
@@ -26,7 +29,7 @@
 enum {
     SENT_MSGS, SENT_BYTES, RECV_MSGS, RECV_BYTES, EAGER, RNDV, UNEXPECTED,
     UNEXPECTED_NOW, UNEXPECTED_PEAK, UNEXPECTED_BYTES_NOW, UNEXPECTED_BYTES_PEAK,
-    POSTED_NOW, POSTED_PEAK, ERRORS, COALESCED, NVARS
+    POSTED_NOW, POSTED_PEAK, ERRORS, COALESCED, MR_REG, MR_HITS, NVARS
 };
 
 static const struct {
@@ -49,6 +52,8 @@ static const struct {
     [POSTED_PEAK] = {"mtl_rustofi_posted_peak", MPI_T_PVAR_CLASS_HIGHWATERMARK},
     [ERRORS] = {"mtl_rustofi_errors", MPI_T_PVAR_CLASS_COUNTER},
     [COALESCED] = {"mtl_rustofi_coalesced", MPI_T_PVAR_CLASS_COUNTER},
+    [MR_REG] = {"mtl_rustofi_mr_reg", MPI_T_PVAR_CLASS_COUNTER},
+    [MR_HITS] = {"mtl_rustofi_mr_hits", MPI_T_PVAR_CLASS_COUNTER},
 };
 
 static MPI_T_pvar_session session;
@@ -181,6 +186,17 @@ int main(int argc, char **argv)
         expect(a, b, SENT_MSGS, N_POSTED);
         expect(a, b, SENT_BYTES, RNDV_LEN + (N_POSTED - 1) * EAGER_LEN);
         expect(a, b, ERRORS, 0);
+        unsigned long long reg = b[MR_REG] - a[MR_REG], hits = b[MR_HITS] - a[MR_HITS];
+        CHECK(reg + hits <= 1, "one rendezvous: mr_reg +%llu, mr_hits +%llu", reg, hits);
+        /* 3. the same buffer again */
+        snap(a);
+        MPI_CHECK(MPI_Send(big, RNDV_LEN, MPI_BYTE, 1, 103, MPI_COMM_WORLD));
+        snap(b);
+        if (reg + hits == 1) {
+            expect(a, b, MR_REG, 0);
+            expect(a, b, MR_HITS, 1);
+        }
+        printf("PVARS registrations: first rendezvous mr_reg +%llu mr_hits +%llu\n", reg, hits);
     } else if (test_rank == 1) {
         MPI_Request r[N_POSTED];
         snap(a);
@@ -198,6 +214,8 @@ int main(int argc, char **argv)
         expect(a, c, RECV_MSGS, N_POSTED);
         expect(a, c, RECV_BYTES, RNDV_LEN + (N_POSTED - 1) * EAGER_LEN);
         expect(a, c, ERRORS, 0);
+        MPI_CHECK(MPI_Recv(big, RNDV_LEN, MPI_BYTE, 0, 103, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        CHECK(check_pattern(big, RNDV_LEN, 7) == (size_t) -1, "second rendezvous payload");
     }
     if (test_rank <= 1) {
         snap(c);
