@@ -65,6 +65,8 @@ pub(crate) struct Engine {
     rndv: &'static str,
     /// What this rank publishes through the modex.
     modex: Vec<u8>,
+    /// The shared-memory file behind the shm rail's endpoint, if any.
+    shm_segment: Option<String>,
 }
 
 impl Engine {
@@ -95,8 +97,12 @@ impl Engine {
         let mut core = Core::new(cfg, profiles.clone(), stats.clone());
         let mut out = Out::new();
         driver.start(&mut core, &mut out)?;
-        let rails = driver
-            .names()?
+        let names = driver.names()?;
+        let shm_segment = names
+            .iter()
+            .find(|(kind, _, _)| *kind == RailKind::Shm)
+            .and_then(|(_, _, addr)| crate::shmfile::segment_path(addr));
+        let rails = names
             .into_iter()
             .map(|(kind, max_eager, addr)| wire::RailAddr {
                 kind,
@@ -127,7 +133,13 @@ impl Engine {
             settings,
             stats,
             modex,
+            shm_segment,
         })
+    }
+
+    /// The shared-memory file behind the shm rail, for runtime cleanup.
+    pub(crate) fn shm_segment(&self) -> Option<&str> {
+        self.shm_segment.as_deref()
     }
 
     /// The shm provider's name if a shm rail is open.

@@ -72,6 +72,10 @@ fn posted(ret: isize) -> Result<(), PostError> {
     }
 }
 
+/// Receive buffers posted on a network rail that no rank of the job
+/// reaches it through (see [`Driver::open`]).
+pub(crate) const IDLE_RAIL_RX: usize = 8;
+
 pub(crate) struct Driver {
     rails: Vec<FabricRail>,
     rx: Vec<Vec<RxBuf>>,
@@ -119,6 +123,12 @@ impl Driver {
                     e.0, rails[0].profile.provider
                 )),
             }
+        }
+        if rails.len() > 1 && settings.one_host {
+            // The shm rail serves every rank of the job; the network rail
+            // only needs to stay reachable (for processes that join later),
+            // not a full set of posted 64 KiB buffers.
+            rails[0].profile.rx_count = rails[0].profile.rx_count.min(IDLE_RAIL_RX);
         }
         let mut rx = Vec::with_capacity(rails.len());
         for (r, rl) in rails.iter().enumerate() {
