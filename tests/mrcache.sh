@@ -78,7 +78,7 @@ fi
 LOG=$LOG_DIR/mrcache-bad.log
 if timeout -k 10 120 mpirun -np 2 --bind-to none --mca mtl rustofi \
     --mca mtl_rustofi_mr_cache_size -1 "$PROG" >"$LOG" 2>&1 </dev/null &&
-    grep -q 'mtl_rustofi_mr_cache_size = -1 is invalid' "$LOG" &&
+    grep -q 'mtl_rustofi_mr_cache_size = -1 is out of range: it must be 0 to 65536' "$LOG" &&
     ! has_counter_line "$LOG"; then
     echo "ok   mrcache bad size: refused, job on ob1"
 else

@@ -328,8 +328,10 @@ run_test() {
         # write past the receive buffer on truncation in Open MPI 4.1.4.
         cmd+=(--mca pml ob1 --mca btl_vader_single_copy_mechanism none)
     else
-        cmd+=(--mca mtl rustofi --mca mtl_rustofi_provider_include "$prov"
-            --mca mtl_rustofi_verbose 1)
+        cmd+=(--mca mtl rustofi --mca mtl_rustofi_provider_include "$prov")
+        if [[ ",$variant" != *",verbose="* ]]; then
+            cmd+=(--mca mtl_rustofi_verbose 1)
+        fi
         if [[ ",$variant" != *",shm="* ]]; then
             cmd+=(--mca mtl_rustofi_shm off)
         fi
@@ -442,6 +444,28 @@ check_bad_input() {
             grep -q -- "$w" "$log" || { why="no message mentioning $w"; break; }
         done
     fi
+    # One message per rank, ours: no Open MPI "invalid value" of its own, no
+    # runtime error log, and a provider listing names each provider once.
+    # Enumerated parameters (shm, rndv_protocol, fault_inject) are checked
+    # by Open MPI itself, whose 4.1 message forwarding from every rank also
+    # logs ORTE_ERROR_LOG in mpirun: both are tolerated for them only.
+    local nmsg usable enum_msg=0
+    nmsg=$(grep -c 'mtl_rustofi: error' "$log" || true)
+    grep -Eq 'Variable *: mtl_rustofi_(shm|rndv_protocol|fault_inject)$' "$log" && enum_msg=1
+    if [[ -z "$why" ]]; then
+        if grep -q 'invalid value was supplied' "$log" && ((enum_msg == 0)); then
+            why="Open MPI printed its own invalid-value message"
+        elif grep -q 'ERROR_LOG' "$log" && ((enum_msg == 0)); then
+            why="runtime error log: $(grep -m1 ERROR_LOG "$log")"
+        elif ((nmsg > 2)); then
+            why="$nmsg rustofi error lines for 2 ranks (one each expected)"
+        fi
+    fi
+    usable=$(grep -o 'usable: [^)]*' "$log" | head -1 | sed 's/^usable: //' || true)
+    if [[ -z "$why" && -n "$usable" ]] &&
+        [[ $(tr ',' '\n' <<<"$usable" | sed 's/^ *//' | sort | uniq -d) ]]; then
+        why="provider listed twice in 'usable: $usable'"
+    fi
     if [[ -z "$why" && $need_ob1 == 1 ]]; then
         if ! grep -q 'select: component ob1 selected' "$log"; then
             why="pml ob1 was not selected (fallback expected)"
@@ -528,7 +552,7 @@ check_ompi_info() {
         why="ompi_info exited with status $RC"
     else
         for p in priority provider_include provider_exclude eager_limit verbose \
-            rndv_protocol rndv_chunk_size fault_inject shm coalesce nic; do
+            rndv_protocol rndv_chunk_size rx_buffers fault_inject shm coalesce nic; do
             if ! grep -q "^mca:mtl:rustofi:param:mtl_rustofi_$p:value:" "$log"; then
                 why="parameter mtl_rustofi_$p not listed"
                 break
@@ -536,6 +560,13 @@ check_ompi_info() {
             if ! grep -Eq "^mca:mtl:rustofi:param:mtl_rustofi_$p:help:.*[[:alpha:]]" "$log"; then
                 why="parameter mtl_rustofi_$p has no help text"
                 break
+            fi
+        done
+        # every numeric parameter states its range
+        for p in priority eager_limit verbose rndv_chunk_size rx_buffers coalesce mr_cache_size; do
+            [[ -z "$why" ]] || break
+            if ! grep -Eq "^mca:mtl:rustofi:param:mtl_rustofi_$p:help:.*range: -?[0-9]+ to [0-9]+" "$log"; then
+                why="help text of mtl_rustofi_$p states no range"
             fi
         done
     fi
@@ -699,6 +730,25 @@ if has_provider tcp; then
     run_test order_wildcard tcp 2 "clean shm_peers=0 net_peers=4" shm=off
 fi
 
+# FI_TAGGED never asked for (tagged=off; verbose 2 prints the capabilities
+# fi_getinfo was asked for), and the message rendezvous (data packets over
+# plain sends into bounce buffers) forced where RMA would be used.
+for prov in $PROVIDERS; do
+    run_test big_checksum "$prov" 2 "clean rndv>=4 grep=asked.caps=FI_MSG|FI_RMA|FI_READ|FI_REMOTE_READ.tagged=off" \
+        tagged=off verbose=2
+    for prog in truncate probe_cancel order_wildcard collectives; do
+        run_test "$prog" "$prov" 2 "" tagged=off
+    done
+done
+for prov in tcp shm; do
+    has_provider $prov || continue
+    run_test big_checksum $prov 2 "clean rndv>=4 grep=rndv=msg" rndv_protocol=msg verbose=2
+    for prog in truncate vector_type probe_cancel order_wildcard issend; do
+        run_test "$prog" $prov 2 "" rndv_protocol=msg tagged=off
+    done
+    run_test big_checksum $prov 2 "clean rndv>=4" rndv_protocol=msg -- 67108867
+done
+
 for prov in tcp shm; do
     if has_provider $prov; then
         run_test huge $prov 2 "clean rndv>=1 recv_bytes>=2147483647"
@@ -716,12 +766,42 @@ if [[ -z "$BASELINE" ]]; then
         --mca mtl_rustofi_provider_exclude shm
     check_bad_input badinput_empty_include 1 "mtl_rustofi_provider_include" \
         --mca mtl rustofi --mca mtl_rustofi_provider_include ""
-    check_bad_input badinput_eager_limit 0 "mtl_rustofi_eager_limit" \
+    check_bad_input badinput_eager_limit 1 "mtl_rustofi_eager_limit" \
         --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
         --mca mtl_rustofi_eager_limit -5
+    # values too large for an int (Open MPI's own conversion would reject
+    # them and keep the default) and beyond 64 bits: our message, our range
+    check_bad_input badinput_eager_limit_huge 1 \
+        "mtl_rustofi_eager_limit.=.99999999999.is.out.of.range 0.to.1048576" \
+        --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
+        --mca mtl_rustofi_eager_limit 99999999999
+    check_bad_input badinput_rx_buffers_huge 1 \
+        "mtl_rustofi_rx_buffers.=.99999999999.is.out.of.range 8.to.65536" \
+        --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
+        --mca mtl_rustofi_rx_buffers 99999999999
+    check_bad_input badinput_chunk_huge 1 \
+        "mtl_rustofi_rndv_chunk_size 4096.to.1099511627776" \
+        --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
+        --mca mtl_rustofi_rndv_chunk_size 99999999999999
+    check_bad_input badinput_verbose_beyond_64bit 1 \
+        "mtl_rustofi_verbose.=.99999999999999999999999 0.to.100" \
+        --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
+        --mca mtl_rustofi_verbose 99999999999999999999999
+    # declining, it lists what libfabric offers, each provider once
+    # (libfabric repeats tcp;ofi_rxm per interface); the generic check in
+    # check_bad_input rejects a repeated name
+    check_bad_input badinput_usable_list 1 "usable:.tcp;ofi_rxm" \
+        --mca mtl rustofi --mca mtl_rustofi_verbose 2 \
+        --mca mtl_rustofi_provider_exclude tcp,udp,shm,sockets,net,rstream,efa,verbs
+    check_bad_input badinput_rx_buffers_text 1 "mtl_rustofi_rx_buffers.=.'12x'" \
+        --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
+        --mca mtl_rustofi_rx_buffers 12x
     check_bad_input badinput_coalesce 1 "mtl_rustofi_coalesce" \
         --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
         --mca mtl_rustofi_coalesce 5
+    check_bad_input badinput_tagged_send 1 "mtl_rustofi_tagged mtl_rustofi_rndv_protocol" \
+        --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
+        --mca mtl_rustofi_tagged off --mca mtl_rustofi_rndv_protocol send
     check_bad_input badinput_shm 1 "mtl_rustofi_shm" \
         --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
         --mca mtl_rustofi_shm sometimes

@@ -125,22 +125,25 @@ ASSERT_FIELD(RustofiConfig, rank, RUSTOFI_LAYOUT_CONFIG_RANK);
 ASSERT_FIELD(RustofiConfig, nic, RUSTOFI_LAYOUT_CONFIG_NIC);
 ASSERT_FIELD(RustofiConfig, mr_cache_size, RUSTOFI_LAYOUT_CONFIG_MR_CACHE_SIZE);
 ASSERT_FIELD(RustofiConfig, mem_hooks, RUSTOFI_LAYOUT_CONFIG_MEM_HOOKS);
+ASSERT_FIELD(RustofiConfig, tagged, RUSTOFI_LAYOUT_CONFIG_TAGGED);
+ASSERT_FIELD(RustofiConfig, priority, RUSTOFI_LAYOUT_CONFIG_PRIORITY);
 _Static_assert(sizeof(RustofiConfig) == RUSTOFI_LAYOUT_CONFIG_SIZE,
                "size of RustofiConfig differs from ffi.rs");
 
 /* ------------------------------------------------------------------ */
 /* MCA parameters                                                      */
 
-static int param_priority = 25;
+/* Numeric parameters are all registered as 64-bit longs (see reg_long). */
+static long param_priority = 25;
 static char *param_include = NULL;
 static char *param_exclude = NULL;
 static char *param_nic = NULL;
-static int param_eager_limit = -1;
-static int param_verbose = 0;
-static int param_coalesce = 1;
-static int param_mr_cache_size = 64;
+static long param_eager_limit = -1;
+static long param_verbose = 0;
+static long param_coalesce = 1;
+static long param_mr_cache_size = 64;
 static long param_rndv_chunk = 64L * 1024 * 1024;
-static int param_rx_buffers = 256;
+static long param_rx_buffers = 256;
 static int idx_include = -1;
 static int idx_exclude = -1;
 
@@ -177,10 +180,26 @@ mca_mtl_base_component_2_0_0_t mca_mtl_rustofi_component = {
 #endif
 };
 
-static int reg_int(const char *name, const char *help, int level, int *storage)
+/*
+ * A numeric parameter. Registered as a 64-bit long whatever its range, so
+ * Open MPI takes any value it can parse without a message of its own (as
+ * an int, a value that does not fit draws Open MPI's "invalid value" and
+ * silently keeps the default); the Rust side checks the range and declines
+ * with one message naming the parameter. The range rule comes from the
+ * Rust table (rustofi_param_rule) and is appended to the help text.
+ */
+static int reg_long(const char *name, const char *help, int level, long *storage)
 {
-    return mca_base_component_var_register(&mca_mtl_rustofi_component.mtl_version, name, help,
-                                           MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, level,
+    const char *rule = rustofi_param_rule(name);
+    char text[1024];
+    if (NULL == rule) {
+        opal_output(0, "mtl_rustofi: parameter %s has no range rule", name);
+        return OPAL_ERROR;
+    }
+    snprintf(text, sizeof(text), "%s (range: %s)", help, rule);
+    /* The variable system keeps its own copy of the help text. */
+    return mca_base_component_var_register(&mca_mtl_rustofi_component.mtl_version, name, text,
+                                           MCA_BASE_VAR_TYPE_LONG, NULL, 0, 0, level,
                                            MCA_BASE_VAR_SCOPE_READONLY, storage);
 }
 
@@ -231,9 +250,9 @@ static int rustofi_component_register(void)
         return OMPI_SUCCESS;
     }
     rustofi_site_hooks(&mca_mtl_rustofi_component.mtl_version);
-    reg_int("priority",
-            "Priority of the rustofi MTL; pml cm competes with pml ob1 (20) at this value",
-            OPAL_INFO_LVL_3, &param_priority);
+    reg_long("priority",
+             "Priority of the rustofi MTL; pml cm competes with pml ob1 (20) at this value",
+             OPAL_INFO_LVL_3, &param_priority);
     idx_include = reg_string(
         "provider_include",
         "Comma-separated libfabric providers to use, first usable wins (e.g. efa, tcp, udp, shm, "
@@ -252,33 +271,32 @@ static int rustofi_component_register(void)
                "loopback when unset, each process takes the nearest to its CPUs and spreads over "
                "equally near ones by local rank",
                OPAL_INFO_LVL_3, &param_nic);
-    reg_int("eager_limit",
-            "Largest message (bytes, 0..1048576) sent eagerly; larger ones use the rendezvous "
-            "protocol. -1 (default) picks it per provider: 65536 for tcp (rxm's bounce buffers "
-            "are enlarged to match unless FI_OFI_RXM_BUFFER_SIZE is set), 4048 for shm (its "
-            "inject size less our header), 8192 for the others",
-            OPAL_INFO_LVL_3, &param_eager_limit);
-    reg_int("verbose",
-            "Verbosity: 1 prints one line of traffic counters per rank at finalize, 2 also the "
-            "chosen provider and capabilities at startup",
-            OPAL_INFO_LVL_1, &param_verbose);
-    mca_base_component_var_register(&mca_mtl_rustofi_component.mtl_version, "rndv_chunk_size",
-                                    "Largest single libfabric transfer of a rendezvous (bytes, at "
-                                    "least 4096; also capped by the provider's max_msg_size)",
-                                    MCA_BASE_VAR_TYPE_LONG, NULL, 0, 0, OPAL_INFO_LVL_5,
-                                    MCA_BASE_VAR_SCOPE_READONLY, &param_rndv_chunk);
-    reg_int("coalesce",
-            "1: back-to-back small eager sends to one peer, issued while an earlier packet to "
-            "it is still in flight, share one packet (sent at the next call into the MTL that "
-            "is not such a send, or when full); 0: every message is its own packet",
-            OPAL_INFO_LVL_4, &param_coalesce);
-    reg_int("mr_cache_size",
-            "Registration cache: most registrations of rendezvous user buffers kept unused for "
-            "reuse, least recently used evicted first (0..65536; 0: register every transfer). "
-            "Active only where Open MPI's memory hooks report munmap and free",
-            OPAL_INFO_LVL_4, &param_mr_cache_size);
-    reg_int("rx_buffers", "Receive bounce buffers kept posted (8..65536)", OPAL_INFO_LVL_5,
-            &param_rx_buffers);
+    reg_long("eager_limit",
+             "Largest message sent eagerly; larger ones use the rendezvous protocol. -1 "
+             "(default) picks it per provider: 65536 for tcp (rxm carries packets above its "
+             "16 KiB bounce buffers as segments), 4048 for shm (its inject size less our "
+             "header), 8192 for the others",
+             OPAL_INFO_LVL_3, &param_eager_limit);
+    reg_long("verbose",
+             "Verbosity: 1 prints one line of traffic counters per rank at finalize, 2 also the "
+             "chosen provider and capabilities at startup",
+             OPAL_INFO_LVL_1, &param_verbose);
+    reg_long("rndv_chunk_size",
+             "Largest single libfabric transfer of a rendezvous (also capped by the provider's "
+             "max_msg_size)",
+             OPAL_INFO_LVL_5, &param_rndv_chunk);
+    reg_long("coalesce",
+             "1: back-to-back small eager sends to one peer, issued while an earlier packet to "
+             "it is still in flight, share one packet (sent at the next call into the MTL that "
+             "is not such a send, or when full); 0: every message is its own packet",
+             OPAL_INFO_LVL_4, &param_coalesce);
+    reg_long("mr_cache_size",
+             "Registration cache: most registrations of rendezvous user buffers kept unused for "
+             "reuse, least recently used evicted first (0: register every transfer). Active only "
+             "where Open MPI's memory hooks report munmap and free",
+             OPAL_INFO_LVL_4, &param_mr_cache_size);
+    reg_long("rx_buffers", "Receive bounce buffers kept posted", OPAL_INFO_LVL_5,
+             &param_rx_buffers);
     /* enumerated parameters (rndv_protocol, shm, fault_inject) and the
      * MPI_T performance variables */
     return rustofi_site_register(&mca_mtl_rustofi_component.mtl_version);
@@ -363,7 +381,9 @@ static mca_mtl_base_module_t rustofi_module = {
 
 static int rustofi_component_query(mca_base_module_t **module, int *priority)
 {
-    *priority = param_priority;
+    /* A priority outside its range makes init decline with a message;
+     * until then it must still fit the int Open MPI asks for. */
+    *priority = param_priority < 0 ? 0 : param_priority > 1000 ? 1000 : (int) param_priority;
     *module = (mca_base_module_t *) &rustofi_module;
     return OMPI_SUCCESS;
 }
@@ -483,6 +503,36 @@ static int excid_start(void);
 static void excid_stop(void);
 #endif
 
+/*
+ * The shm rail's endpoint lives in a shared-memory file that libfabric
+ * unlinks when the endpoint closes (and on SIGINT/SIGTERM), but not when
+ * the process is killed outright. As btl/vader does with its segment, the
+ * path is registered with the runtime's PMIx server, which removes it when
+ * the job ends, however this rank ended. Registration failing only loses
+ * that safety net, so it is reported at verbose level and not fatal.
+ */
+static void rustofi_register_shm_cleanup(void)
+{
+    char path[512];
+    if (0 != rustofi_shm_segment(path, sizeof(path))) {
+        return;
+    }
+#if OMPI_MAJOR_VERSION >= 5
+    pmix_info_t info;
+    PMIX_INFO_LOAD(&info, PMIX_REGISTER_CLEANUP, path, PMIX_STRING);
+    pmix_status_t rc = PMIx_Job_control(NULL, 0, &info, 1, NULL, NULL);
+    PMIX_INFO_DESTRUCT(&info);
+    int ok = PMIX_SUCCESS == rc || PMIX_OPERATION_SUCCEEDED == rc;
+#else
+    int ok = NULL != opal_pmix.register_cleanup
+             && OPAL_SUCCESS == opal_pmix.register_cleanup(path, false, false, false);
+#endif
+    if (!ok && param_verbose >= 1) {
+        opal_output(0, "mtl_rustofi: could not register %s for cleanup with the runtime; a "
+                       "rank killed outright would leave it behind", path);
+    }
+}
+
 /* Registration cache: Open MPI's memory hooks (same interface in 4.1 and
  * 5.0) report memory going back to the system. The callback runs inside
  * munmap/free in any thread; the Rust side only pushes on a lock-free ring.
@@ -546,12 +596,14 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
         .fault_inject = rustofi_enum_text(RUSTOFI_ENUM_FAULT_INJECT),
         .shm = rustofi_enum_text(RUSTOFI_ENUM_SHM),
         .coalesce = param_coalesce,
+        .priority = param_priority,
         .named = rustofi_named(),
         .my_name = proc_name64(OMPI_PROC_MY_NAME),
         .rank = (int64_t) OMPI_PROC_MY_NAME->vpid,
         .nic = param_nic,
         .mr_cache_size = param_mr_cache_size,
         .mem_hooks = mem_hooks_start(),
+        .tagged = rustofi_enum_text(RUSTOFI_ENUM_TAGGED),
     };
     RustofiCallbacks cb = {
         .recv_complete = cb_recv_complete,
@@ -583,6 +635,7 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
         rustofi_finalize();
         return NULL;
     }
+    rustofi_register_shm_cleanup();
     rustofi_module.mtl_request_size = rustofi_request_extra();
 #if OMPI_MAJOR_VERSION >= 5
     if (OMPI_SUCCESS != excid_start()) {

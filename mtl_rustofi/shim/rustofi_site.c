@@ -31,7 +31,8 @@
 /* ---- enumerated parameters -------------------------------------------- */
 
 static const mca_base_var_enum_value_t rndv_protocol_values[] = {
-    {0, "auto"}, {1, "read"}, {2, "send"}, {0, NULL}};
+    {0, "auto"}, {1, "read"}, {2, "send"}, {3, "msg"}, {0, NULL}};
+static const mca_base_var_enum_value_t tagged_values[] = {{0, "auto"}, {1, "off"}, {0, NULL}};
 /* Numbered so that the numeric forms Open MPI also accepts keep their
  * boolean meaning (0 off, 1 on). */
 static const mca_base_var_enum_value_t shm_values[] = {
@@ -51,9 +52,11 @@ typedef struct {
 static rustofi_enum_param_t enum_params[RUSTOFI_ENUM_COUNT] = {
     [RUSTOFI_ENUM_RNDV_PROTOCOL] = {
         "rndv_protocol",
-        "Rendezvous data path: auto (RMA read when the provider has FI_RMA, else send), read "
-        "(the receiver reads the sender's buffer with fi_read), or send (the receiver grants a "
-        "tag, the sender sends)",
+        "Rendezvous data path: auto (RMA read when the provider has FI_RMA, else send where "
+        "FI_TAGGED is in use, else msg), read (the receiver reads the sender's buffer with "
+        "fi_read), send (the receiver grants a tag, the sender sends), or msg (the receiver "
+        "grants, the sender sends pipelined data packets over plain sends into its bounce "
+        "buffers)",
         OPAL_INFO_LVL_5, rndv_protocol_values},
     [RUSTOFI_ENUM_SHM] = {
         "shm",
@@ -68,6 +71,11 @@ static rustofi_enum_param_t enum_params[RUSTOFI_ENUM_COUNT] = {
         "Testing only: none, rma_key (corrupt the key of the next rendezvous read so the "
         "provider reports a completion error) or bad_packet (send one malformed packet)",
         OPAL_INFO_LVL_9, fault_inject_values},
+    [RUSTOFI_ENUM_TAGGED] = {
+        "tagged",
+        "FI_TAGGED: auto (asked for only where the send rendezvous needs it and the provider "
+        "has it) or off (never asked for nor used; the rendezvous reads or goes by msg)",
+        OPAL_INFO_LVL_5, tagged_values},
 };
 
 static int register_enums(const mca_base_component_t *component)

@@ -10,6 +10,9 @@ pub(crate) enum RndvProtocol {
     Read,
     /// Receiver grants a tag, sender sends the data with fi_tsend.
     Send,
+    /// Receiver grants, sender sends data packets into its bounce buffers
+    /// (plain FI_MSG; what a rail with neither FI_RMA nor FI_TAGGED uses).
+    Msg,
 }
 
 /// Whether same-host peers are reached through libfabric's shm provider
@@ -46,6 +49,8 @@ pub(crate) struct Settings {
     /// ([`default_eager_limit`]).
     pub eager_limit: Option<usize>,
     pub rndv: RndvProtocol,
+    /// Ask for and use FI_TAGGED (MCA `tagged`: `auto` or `off`).
+    pub tagged: bool,
     pub chunk: usize,
     pub rx_buffers: usize,
     pub verbose: i32,
@@ -59,6 +64,10 @@ pub(crate) struct Settings {
     /// The user named this component (`--mca mtl rustofi`) or set its
     /// provider list: software providers may then be used.
     pub explicit: bool,
+    /// Every rank of MPI_COMM_WORLD runs on this host (from the launcher's
+    /// environment): with the shm rail open, the network rail carries no
+    /// traffic among them.
+    pub one_host: bool,
 }
 
 /// Providers that only emulate a fabric in software. mtl/ofi excludes them
@@ -76,6 +85,7 @@ pub(crate) struct RawParams<'a> {
     pub nic: Option<&'a str>,
     pub eager_limit: i64,
     pub rndv_protocol: Option<&'a str>,
+    pub tagged: Option<&'a str>,
     pub chunk: i64,
     pub rx_buffers: i64,
     pub verbose: i64,
@@ -83,20 +93,22 @@ pub(crate) struct RawParams<'a> {
     pub shm: Option<&'a str>,
     pub coalesce: i64,
     pub mr_cache_size: i64,
+    pub priority: i64,
     pub named: bool,
+    /// The text of numeric values as the user wrote them, where known
+    /// (from the environment): read exactly rather than as Open MPI's
+    /// lenient conversion gave them ([`crate::params::parse`]).
+    pub texts: Vec<(&'static str, String)>,
 }
 
-pub(crate) const MAX_EAGER: i64 = 1 << 20;
-/// Most cached registrations `mtl_rustofi_mr_cache_size` may ask for.
-pub(crate) const MAX_MR_CACHE: i64 = 65536;
 /// `mtl_rustofi_eager_limit = -1`: pick the limit per provider.
 pub(crate) const EAGER_AUTO: i64 = -1;
 
 /// Eager limit for a provider when the user left it at auto:
 /// - tcp;ofi_rxm: 64 KiB (the tcp btl's eager limit too). Over tcp a
 ///   rendezvous costs two more trips through the kernel, more than copying
-///   64 KiB; rxm is given bounce buffers that large ([`rxm_buffer_env`]) so
-///   such a message still travels as one rxm eager message.
+///   64 KiB; rxm carries packets above its 16 KiB bounce buffers as
+///   segments on the same connection, without a handshake.
 /// - shm: 4 KiB less our header: shm's inject size. Larger messages go by
 ///   rendezvous, which shm serves with a single-copy read (CMA).
 /// - everything else (efa, udp;ofi_rxd, sockets, verbs): 8 KiB, within
@@ -109,23 +121,6 @@ pub(crate) fn default_eager_limit(provider: &str) -> usize {
     } else {
         8192
     }
-}
-
-/// rxm sends a message as one eager message only up to its bounce-buffer
-/// size (FI_OFI_RXM_BUFFER_SIZE, 16 KiB by default) and segments or
-/// rendezvous-es larger ones. Returns the environment settings that make
-/// the buffers take our largest eager packet, given the eager limit the
-/// tcp rail will use; empty when the default suffices.
-pub(crate) fn rxm_buffer_env(eager: usize) -> Vec<(&'static str, String)> {
-    // Our header plus rxm's own packet header, with room to spare.
-    let need = eager + crate::wire::EXT_LEN + 256;
-    if need <= 16384 {
-        return Vec::new();
-    }
-    vec![
-        ("FI_OFI_RXM_BUFFER_SIZE", need.to_string()),
-        ("FI_OFI_RXM_EAGER_LIMIT", need.to_string()),
-    ]
 }
 
 pub(crate) fn split_list(s: Option<&str>) -> Vec<String> {
@@ -163,40 +158,50 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     validate_lists(p)?;
     let include = split_list(p.include);
     let exclude = split_list(p.exclude);
-    if p.eager_limit != EAGER_AUTO && !(0..=MAX_EAGER).contains(&p.eager_limit) {
-        return Err(format!(
-            "mtl_rustofi_eager_limit = {} is invalid: it must be between 0 and {} bytes, \
-             or -1 for the provider's default",
-            p.eager_limit, MAX_EAGER
-        ));
-    }
+    // Every numeric value against its rule in params::NUMERIC.
+    let num = |name: &str, value: i64| {
+        let spec = crate::params::spec(name)
+            .ok_or_else(|| format!("mtl_rustofi_{name} has no entry in the parameter table"))?;
+        let text = p.texts.iter().find(|(n, _)| *n == name);
+        crate::params::check(spec, value, text.map(|(_, t)| t.as_str()))
+    };
+    num("priority", p.priority)?;
+    let eager_limit = num("eager_limit", p.eager_limit)?;
+    let chunk = num("rndv_chunk_size", p.chunk)?;
+    let rx_buffers = num("rx_buffers", p.rx_buffers)?;
+    let verbose = num("verbose", p.verbose)?;
+    let coalesce = num("coalesce", p.coalesce)?;
+    let mr_cache_size = num("mr_cache_size", p.mr_cache_size)?;
     let rndv = match p.rndv_protocol.unwrap_or("auto").trim() {
         "" | "auto" => RndvProtocol::Auto,
         "read" => RndvProtocol::Read,
         "send" => RndvProtocol::Send,
+        "msg" => RndvProtocol::Msg,
         other => {
             return Err(format!(
-                "mtl_rustofi_rndv_protocol = '{other}' is invalid: use auto, read or send"
+                "mtl_rustofi_rndv_protocol = '{other}' is invalid: use auto, read, send or msg"
             ))
         }
     };
-    if p.chunk < 4096 || p.chunk > (1i64 << 40) {
-        return Err(format!(
-            "mtl_rustofi_rndv_chunk_size = {} is invalid: it must be at least 4096 bytes",
-            p.chunk
-        ));
-    }
-    if !(8..=65536).contains(&p.rx_buffers) {
-        return Err(format!(
-            "mtl_rustofi_rx_buffers = {} is invalid: it must be between 8 and 65536",
-            p.rx_buffers
-        ));
-    }
-    if p.verbose < 0 {
-        return Err(format!(
-            "mtl_rustofi_verbose = {} is invalid: it must be 0 or more",
-            p.verbose
-        ));
+    let tagged = match p
+        .tagged
+        .unwrap_or("auto")
+        .trim()
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "" | "auto" => true,
+        "off" => false,
+        other => {
+            return Err(format!(
+                "mtl_rustofi_tagged = '{other}' is invalid: use auto or off"
+            ))
+        }
+    };
+    if !tagged && rndv == RndvProtocol::Send {
+        return Err("mtl_rustofi_rndv_protocol = send needs FI_TAGGED, which \
+                    mtl_rustofi_tagged = off forbids: use auto, read or msg"
+            .into());
     }
     let fault = match p.fault_inject.unwrap_or("").trim() {
         "" | "none" => Fault::None,
@@ -218,32 +223,22 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
             ))
         }
     };
-    if !(0..=1).contains(&p.coalesce) {
-        return Err(format!(
-            "mtl_rustofi_coalesce = {} is invalid: use 1 (on) or 0 (off)",
-            p.coalesce
-        ));
-    }
-    if !(0..=MAX_MR_CACHE).contains(&p.mr_cache_size) {
-        return Err(format!(
-            "mtl_rustofi_mr_cache_size = {} is invalid: use 0 (no cache) to {MAX_MR_CACHE}",
-            p.mr_cache_size
-        ));
-    }
     Ok(Settings {
         include,
         exclude,
         nic: split_list(p.nic),
-        eager_limit: (p.eager_limit != EAGER_AUTO).then_some(p.eager_limit as usize),
+        eager_limit: (eager_limit != EAGER_AUTO).then_some(eager_limit as usize),
         rndv,
-        chunk: p.chunk as usize,
-        rx_buffers: p.rx_buffers as usize,
-        verbose: p.verbose as i32,
+        tagged,
+        chunk: chunk as usize,
+        rx_buffers: rx_buffers as usize,
+        verbose: verbose as i32,
         fault,
         shm,
-        coalesce: p.coalesce == 1,
-        mr_cache: p.mr_cache_size as usize,
+        coalesce: coalesce == 1,
+        mr_cache: mr_cache_size as usize,
         explicit: p.named || p.include_set,
+        one_host: false,
     })
 }
 
@@ -277,40 +272,6 @@ pub(crate) fn shm_index(candidates: &[String]) -> Option<usize> {
         .position(|c| c.eq_ignore_ascii_case("shm"))
 }
 
-/// Numeric parameters whose raw text is checked by [`check_numeric`].
-pub(crate) const NUMERIC_PARAMS: &[&str] = &[
-    "priority",
-    "eager_limit",
-    "verbose",
-    "rndv_chunk_size",
-    "rx_buffers",
-    "coalesce",
-    "mr_cache_size",
-];
-
-/// Open MPI parses integers leniently ("abc" reads as 0, "12x" as 12). This
-/// accepts what a user can mean: an optional sign, decimal, 0x-hex or octal
-/// digits, and one optional k/m/g suffix.
-pub(crate) fn check_numeric(name: &str, raw: &str) -> Result<(), String> {
-    let t = raw.trim();
-    let body = t.strip_prefix(['-', '+']).unwrap_or(t);
-    let body = body
-        .strip_suffix(['k', 'K', 'm', 'M', 'g', 'G'])
-        .unwrap_or(body);
-    let ok = if let Some(hex) = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
-        !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit())
-    } else {
-        !body.is_empty() && body.chars().all(|c| c.is_ascii_digit())
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "mtl_rustofi_{name} = '{raw}' is not a number (use digits with an optional k, m or g suffix)"
-        ))
-    }
-}
-
 /// Whether a user-supplied provider name designates `prov` (a libfabric
 /// `prov_name` such as `tcp;ofi_rxm`): it matches the whole name or any of
 /// its `;`-separated layers, case-insensitively.
@@ -340,8 +301,14 @@ fn rank(prov: &str) -> usize {
 /// provider names in fi_getinfo order).
 pub(crate) fn select_provider(candidates: &[String], s: &Settings) -> Result<usize, String> {
     let available = || {
-        let mut names: Vec<&str> = candidates.iter().map(|c| c.as_str()).collect();
-        names.dedup();
+        // libfabric lists a provider once per domain (tcp;ofi_rxm for
+        // every interface): name each once, in libfabric's order.
+        let mut names: Vec<&str> = Vec::new();
+        for c in candidates {
+            if !names.contains(&c.as_str()) {
+                names.push(c);
+            }
+        }
         if names.is_empty() {
             "none".to_string()
         } else {
@@ -401,12 +368,14 @@ pub(crate) fn select_provider(candidates: &[String], s: &Settings) -> Result<usi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::params::MAX_EAGER;
 
     fn raw() -> RawParams<'static> {
         RawParams {
             eager_limit: EAGER_AUTO,
             coalesce: 1,
             mr_cache_size: 64,
+            priority: 25,
             chunk: 1 << 26,
             rx_buffers: 256,
             ..Default::default()
@@ -421,6 +390,26 @@ mod tests {
     }
 
     #[test]
+    fn tagged_and_msg_protocol() {
+        let mut p = raw();
+        assert!(validate(&p).unwrap().tagged);
+        p.tagged = Some(" OFF");
+        assert!(!validate(&p).unwrap().tagged);
+        p.rndv_protocol = Some("msg");
+        assert_eq!(validate(&p).unwrap().rndv, RndvProtocol::Msg);
+        p.rndv_protocol = Some("send");
+        let e = validate(&p).unwrap_err();
+        assert!(
+            e.contains("mtl_rustofi_tagged = off") && e.contains("send"),
+            "{e}"
+        );
+        p.tagged = Some("maybe");
+        assert!(validate(&p)
+            .unwrap_err()
+            .contains("mtl_rustofi_tagged = 'maybe'"));
+    }
+
+    #[test]
     fn eager_limit_auto_and_per_provider_defaults() {
         let mut p = raw();
         assert_eq!(validate(&p).unwrap().eager_limit, None);
@@ -432,12 +421,6 @@ mod tests {
         assert_eq!(default_eager_limit("shm"), 4096 - crate::wire::BASE_LEN);
         assert_eq!(default_eager_limit("efa"), 8192);
         assert_eq!(default_eager_limit("udp;ofi_rxd"), 8192);
-        assert!(rxm_buffer_env(8192).is_empty());
-        let env = rxm_buffer_env(65536);
-        assert_eq!(env.len(), 2);
-        for (_, v) in env {
-            assert!(v.parse::<usize>().unwrap() >= 65536 + crate::wire::EXT_LEN);
-        }
     }
 
     #[test]
@@ -548,14 +531,38 @@ mod tests {
     }
 
     #[test]
-    fn numeric_text_is_checked() {
-        for good in ["0", "8192", "-5", "64k", "1M", "0x1000", "2g"] {
-            assert!(check_numeric("eager_limit", good).is_ok(), "{good}");
-        }
-        for bad in ["abc", "", "12x", "k", "1.5", "0x"] {
-            let e = check_numeric("eager_limit", bad).unwrap_err();
-            assert!(e.contains("mtl_rustofi_eager_limit"), "{e}");
-        }
+    fn numeric_text_wins_over_the_converted_value() {
+        let mut p = raw();
+        p.texts = vec![("rx_buffers", "99999999999".into())];
+        let e = validate(&p).unwrap_err();
+        assert!(e.contains("mtl_rustofi_rx_buffers = 99999999999"), "{e}");
+        assert!(e.contains("8 to 65536"), "{e}");
+        p.texts = vec![("eager_limit", "abc".into())];
+        assert!(validate(&p)
+            .unwrap_err()
+            .contains("mtl_rustofi_eager_limit"));
+        p.texts = vec![("eager_limit", "16k".into())];
+        assert_eq!(validate(&p).unwrap().eager_limit, Some(16384));
+    }
+
+    #[test]
+    fn usable_list_names_each_provider_once() {
+        let mut p = raw();
+        p.include = Some("nosuchprov");
+        p.include_set = true;
+        let s = validate(&p).unwrap();
+        let c: Vec<String> = [
+            "tcp;ofi_rxm",
+            "net;ofi_rxm",
+            "tcp;ofi_rxm",
+            "net;ofi_rxm",
+            "shm",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let e = select_provider(&c, &s).unwrap_err();
+        assert!(e.contains("(usable: tcp;ofi_rxm, net;ofi_rxm, shm)"), "{e}");
     }
 
     #[test]

@@ -62,9 +62,11 @@ pub(crate) struct Engine {
     pub(crate) settings: Settings,
     stats: Arc<Stats>,
     shm_provider: Option<String>,
-    rndv_read: bool,
+    rndv: &'static str,
     /// What this rank publishes through the modex.
     modex: Vec<u8>,
+    /// The shared-memory file behind the shm rail's endpoint, if any.
+    shm_segment: Option<String>,
 }
 
 impl Engine {
@@ -97,8 +99,12 @@ impl Engine {
         let mut core = Core::new(cfg, profiles.clone(), stats.clone());
         let mut out = Out::new();
         driver.start(&mut core, &mut out)?;
-        let rails = driver
-            .names()?
+        let names = driver.names()?;
+        let shm_segment = names
+            .iter()
+            .find(|(kind, _, _)| *kind == RailKind::Shm)
+            .and_then(|(_, _, addr)| crate::shmfile::segment_path(addr));
+        let rails = names
             .into_iter()
             .map(|(kind, max_eager, addr)| wire::RailAddr {
                 kind,
@@ -112,7 +118,15 @@ impl Engine {
             provider: net.provider.clone(),
             nic,
             caps: driver.caps(RailId(0)),
-            rndv_read: net.rndv_read,
+            rndv: if net.rndv_read {
+                "read"
+            } else if net.rndv_msg {
+                "msg"
+            } else if net.tagged {
+                "send"
+            } else {
+                "none"
+            },
             shm_provider: profiles
                 .iter()
                 .find(|p| p.kind == RailKind::Shm)
@@ -121,7 +135,13 @@ impl Engine {
             settings,
             stats,
             modex,
+            shm_segment,
         })
+    }
+
+    /// The shared-memory file behind the shm rail, for runtime cleanup.
+    pub(crate) fn shm_segment(&self) -> Option<&str> {
+        self.shm_segment.as_deref()
     }
 
     /// The shm provider's name if a shm rail is open.
@@ -141,8 +161,9 @@ impl Engine {
             .with_state_mut(|st| st.core.enable_mr_cache(limit, ring));
     }
 
-    pub(crate) fn rndv_uses_read(&self) -> bool {
-        self.rndv_read
+    /// The network rail's rendezvous protocol, by name.
+    pub(crate) fn rndv_name(&self) -> &'static str {
+        self.rndv
     }
 
     /// Applies queued commands (and, with `poll`, drives the providers) if

@@ -6,6 +6,7 @@
 //! closes its endpoint before it frees the buffers posted on it (see
 //! `engine::Engine::drop`).
 
+use crate::config::RndvProtocol;
 use crate::sys;
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
@@ -81,8 +82,47 @@ pub(crate) const fn fi_version(major: u32, minor: u32) -> u32 {
     (major << 16) | minor
 }
 
-/// The API version the MTL is written against.
-pub(crate) const API_VERSION: u32 = fi_version(1, 9);
+/// The oldest API version the MTL works with (its mode bits, mr_mode bits
+/// and fi_context2 are all defined from 1.9 on).
+pub(crate) const API_MIN: u32 = fi_version(1, 9);
+
+/// The API version of the headers this crate was compiled against: never
+/// ask for more, since newer semantics would apply to calls and structs
+/// written for these headers.
+pub(crate) const API_HEADERS: u32 = fi_version(sys::FI_MAJOR_VERSION, sys::FI_MINOR_VERSION);
+
+/// The version to ask `fi_getinfo` for: the newest the loaded libfabric
+/// offers, capped by the headers, never below [`API_MIN`] (an older library
+/// then refuses with one message). Asking for 1.18 or later matters on
+/// EFA: its provider uses device RDMA read by default only then. What
+/// changes from 1.18 on for the hints used here: nothing the MTL must undo
+/// (FI_MR_LOCAL, FI_MR_PROV_KEY, FI_MR_VIRT_ADDR, FI_MR_ALLOCATED and
+/// FI_MR_ENDPOINT keep their meaning; FI_CONTEXT2 still asks for a
+/// 64-byte context, which every operation gets).
+pub(crate) const fn choose_api(runtime: u32, headers: u32) -> u32 {
+    let v = if runtime < headers { runtime } else { headers };
+    if v < API_MIN {
+        API_MIN
+    } else {
+        v
+    }
+}
+
+/// The loaded libfabric's own version (`fi_version()`).
+pub(crate) fn runtime_version() -> u32 {
+    // SAFETY: fi_version takes no arguments and only returns a constant.
+    unsafe { sys::fi_version() }
+}
+
+/// The API version every `fi_getinfo` of this process asks for.
+pub(crate) fn api_version() -> u32 {
+    choose_api(runtime_version(), API_HEADERS)
+}
+
+/// `major.minor` of a packed version.
+pub(crate) fn version_text(v: u32) -> String {
+    format!("{}.{}", v >> 16, v & 0xffff)
+}
 
 /// An owned `fi_info` list (from `fi_getinfo` or `fi_dupinfo`).
 pub(crate) struct InfoList {
@@ -97,9 +137,12 @@ unsafe impl Send for InfoList {}
 unsafe impl Sync for InfoList {}
 
 /// What the MTL asks of a provider.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Hints {
     pub want_rma: bool,
+    /// FI_TAGGED: only for the send rendezvous, on providers without RMA
+    /// (asking for it shuts out providers that lack it, such as efa-direct).
+    pub want_tagged: bool,
     /// Ask for FI_PROGRESS_MANUAL (EFA's mode; it also keeps providers
     /// from starting progress threads that compete with the ranks for
     /// cores).
@@ -107,25 +150,55 @@ pub(crate) struct Hints {
 }
 
 impl Hints {
-    /// What to ask for, most capable first.
-    pub(crate) const PREFERENCE: [Hints; 4] = [
-        Hints {
-            want_rma: true,
-            manual_progress: true,
-        },
-        Hints {
-            want_rma: false,
-            manual_progress: true,
-        },
-        Hints {
-            want_rma: true,
-            manual_progress: false,
-        },
-        Hints {
-            want_rma: false,
-            manual_progress: false,
-        },
-    ];
+    /// What to ask for, most capable first: each combination of
+    /// capabilities the rendezvous setting can use, with manual progress
+    /// before automatic. `tagged`: FI_TAGGED may be used (`tagged = auto`).
+    pub(crate) fn preference(tagged: bool, rndv: RndvProtocol) -> Vec<Hints> {
+        // (want_rma, want_tagged)
+        let caps: &[(bool, bool)] = match (rndv, tagged) {
+            (RndvProtocol::Send, _) => &[(true, true), (false, true)],
+            // Read without RMA fails later, with a message naming the
+            // provider.
+            (RndvProtocol::Read, _) => &[(true, false), (false, false)],
+            (RndvProtocol::Msg, _) => &[(false, false)],
+            (RndvProtocol::Auto, true) => &[(true, false), (false, true), (false, false)],
+            (RndvProtocol::Auto, false) => &[(true, false), (false, false)],
+        };
+        [true, false]
+            .iter()
+            .flat_map(|&manual_progress| {
+                caps.iter().map(move |&(want_rma, want_tagged)| Hints {
+                    want_rma,
+                    want_tagged,
+                    manual_progress,
+                })
+            })
+            .collect()
+    }
+
+    /// The capability bits asked for.
+    pub(crate) fn caps(&self) -> u64 {
+        let mut caps = sys::FI_MSG as u64;
+        if self.want_tagged {
+            caps |= sys::FI_TAGGED as u64;
+        }
+        if self.want_rma {
+            caps |= (sys::FI_RMA | sys::FI_READ | sys::FI_REMOTE_READ) as u64;
+        }
+        caps
+    }
+
+    /// The capabilities asked for, by name (printed at verbose 2).
+    pub(crate) fn caps_text(&self) -> String {
+        let mut v = vec!["FI_MSG"];
+        if self.want_tagged {
+            v.push("FI_TAGGED");
+        }
+        if self.want_rma {
+            v.extend(["FI_RMA", "FI_READ", "FI_REMOTE_READ"]);
+        }
+        v.join("|")
+    }
 }
 
 impl InfoList {
@@ -142,10 +215,7 @@ impl InfoList {
         // fi_allocinfo and are exclusively ours until fi_freeinfo below.
         let ret = unsafe {
             let hi = &mut *hints;
-            hi.caps = (sys::FI_MSG | sys::FI_TAGGED) as u64;
-            if h.want_rma {
-                hi.caps |= (sys::FI_RMA | sys::FI_READ | sys::FI_REMOTE_READ) as u64;
-            }
+            hi.caps = h.caps();
             // We give every operation a struct fi_context2 of our own.
             hi.mode = sys::FI_CONTEXT | sys::FI_CONTEXT2;
             (*hi.ep_attr).type_ = sys::fi_ep_type_FI_EP_RDM;
@@ -164,7 +234,7 @@ impl InfoList {
                 dom.data_progress = sys::fi_progress_FI_PROGRESS_MANUAL;
             }
             let mut out: *mut sys::fi_info = ptr::null_mut();
-            let r = sys::fi_getinfo(API_VERSION, ptr::null(), ptr::null(), 0, hints, &mut out);
+            let r = sys::fi_getinfo(api_version(), ptr::null(), ptr::null(), 0, hints, &mut out);
             sys::fi_freeinfo(hints);
             if r == 0 {
                 Ok(out)
@@ -260,6 +330,10 @@ impl<'a> Info<'a> {
     pub(crate) fn iov_limit(&self) -> usize {
         // SAFETY: tx_attr is always allocated in fi_getinfo results.
         unsafe { (*self.raw.tx_attr).iov_limit }
+    }
+    pub(crate) fn inject_size(&self) -> usize {
+        // SAFETY: tx_attr is always allocated in fi_getinfo results.
+        unsafe { (*self.raw.tx_attr).inject_size }
     }
     pub(crate) fn tx_size(&self) -> usize {
         // SAFETY: tx_attr is always allocated in fi_getinfo results.
@@ -670,5 +744,43 @@ impl MemoryRegion {
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
         close_fid(self.raw as *mut sys::fid, "mr");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_version_is_the_newest_both_offer() {
+        let v = fi_version;
+        // A newer library than the headers: the headers' version.
+        assert_eq!(choose_api(v(2, 1), v(1, 17)), v(1, 17));
+        assert_eq!(choose_api(v(1, 22), v(1, 18)), v(1, 18));
+        // An older library than the headers: the library's.
+        assert_eq!(choose_api(v(1, 18), v(2, 0)), v(1, 18));
+        assert_eq!(choose_api(v(1, 17), v(1, 17)), v(1, 17));
+        // Never below the minimum (the library then refuses, cleanly).
+        assert_eq!(choose_api(v(1, 5), v(1, 17)), API_MIN);
+        assert_eq!(version_text(v(1, 18)), "1.18");
+        const { assert!(API_HEADERS >= API_MIN) };
+    }
+
+    #[test]
+    fn tagged_is_asked_for_only_where_the_send_rendezvous_needs_it() {
+        let tagged = |h: &[Hints]| h.iter().filter(|h| h.want_tagged).count();
+        let off = Hints::preference(false, RndvProtocol::Auto);
+        assert_eq!(tagged(&off), 0);
+        assert!(off.iter().all(|h| h.caps() & sys::FI_TAGGED as u64 == 0));
+        let auto = Hints::preference(true, RndvProtocol::Auto);
+        // With RMA, tagged is never asked for; without, it is tried first.
+        assert!(auto.iter().all(|h| !(h.want_rma && h.want_tagged)));
+        assert_eq!(tagged(&auto), 2);
+        assert_eq!(auto[0].caps_text(), "FI_MSG|FI_RMA|FI_READ|FI_REMOTE_READ");
+        assert!(auto[0].manual_progress && !auto.last().unwrap().manual_progress);
+        let send = Hints::preference(true, RndvProtocol::Send);
+        assert!(send.iter().all(|h| h.want_tagged));
+        assert_eq!(tagged(&Hints::preference(true, RndvProtocol::Msg)), 0);
+        assert_eq!(tagged(&Hints::preference(true, RndvProtocol::Read)), 0);
     }
 }

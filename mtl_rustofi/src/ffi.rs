@@ -11,6 +11,7 @@ use crate::fabric::{Hints, InfoList};
 use crate::log::Topic;
 use crate::matching::Selector;
 use crate::memrelease::ReleaseRing;
+use crate::params;
 use crate::request::{MtlRequest, ReqPtr, Request, RustofiReqHead, REQUEST_EXTRA};
 use std::cell::RefCell;
 use std::ffi::{CStr, CString};
@@ -50,6 +51,10 @@ pub struct RustofiConfig {
     /// Open MPI's memory hooks report munmap and free: the shim passes
     /// every released range to [`rustofi_mem_release`].
     pub mem_hooks: bool,
+    /// Ask for and use FI_TAGGED: auto or off.
+    pub tagged: *const c_char,
+    /// MCA `priority`, range-checked with the others.
+    pub priority: i64,
 }
 
 /// Completion entry points of the shim.
@@ -205,6 +210,35 @@ fn opt_str<'a>(p: *const c_char) -> Option<&'a str> {
     }
 }
 
+/// The range rule of numeric parameter `name` (without the `mtl_rustofi_`
+/// prefix), for its help text; NULL if `name` is not in the table. The
+/// string lives as long as the process.
+///
+/// # Safety
+/// `name` must be NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_param_rule(name: *const c_char) -> *const c_char {
+    static RULES: std::sync::OnceLock<Vec<CString>> = std::sync::OnceLock::new();
+    let rules = RULES.get_or_init(|| {
+        params::NUMERIC
+            .iter()
+            .map(|p| CString::new(params::rule(p)).unwrap_or_default())
+            .collect()
+    });
+    if name.is_null() {
+        return ptr::null();
+    }
+    // SAFETY: the caller passes a NUL-terminated string, read during the call.
+    let name = unsafe { CStr::from_ptr(name) }.to_bytes();
+    match params::NUMERIC
+        .iter()
+        .position(|p| p.name.as_bytes() == name)
+    {
+        Some(i) => rules[i].as_ptr(),
+        None => ptr::null(),
+    }
+}
+
 /// Bytes the PML reserves after `mca_mtl_request_t` for each request.
 #[no_mangle]
 pub extern "C" fn rustofi_request_extra() -> usize {
@@ -235,6 +269,7 @@ pub unsafe extern "C" fn rustofi_init(
             nic: opt_str(cfg.nic),
             eager_limit: cfg.eager_limit,
             rndv_protocol: opt_str(cfg.rndv_protocol),
+            tagged: opt_str(cfg.tagged),
             chunk: cfg.rndv_chunk_size,
             rx_buffers: cfg.rx_buffers,
             verbose: cfg.verbose,
@@ -242,16 +277,19 @@ pub unsafe extern "C" fn rustofi_init(
             shm: opt_str(cfg.shm),
             coalesce: cfg.coalesce,
             mr_cache_size: cfg.mr_cache_size,
+            priority: cfg.priority,
             named: cfg.named,
+            // Open MPI converts leniently ("abc" is 0, digits beyond 64 bits
+            // wrap); where the user's text is at hand it is read exactly.
+            // Values from parameter files are checked as converted.
+            texts: params::NUMERIC
+                .iter()
+                .filter_map(|p| {
+                    let text = std::env::var(format!("OMPI_MCA_mtl_rustofi_{}", p.name)).ok()?;
+                    Some((p.name, text))
+                })
+                .collect(),
         };
-        for name in config::NUMERIC_PARAMS {
-            if let Ok(text) = std::env::var(format!("OMPI_MCA_mtl_rustofi_{name}")) {
-                if let Err(e) = config::check_numeric(name, &text) {
-                    crate::log::problem(Topic::BadValue, &e);
-                    return 1;
-                }
-            }
-        }
         if let Err(e) = config::validate_lists(&raw) {
             crate::log::problem(Topic::ProviderLists, &e);
             return 1;
@@ -265,29 +303,42 @@ pub unsafe extern "C" fn rustofi_init(
         };
         crate::trace::install(settings.verbose);
         let _init = tracing::info_span!("init", rank = cfg.rank).entered();
-        // rxm reads its buffer size when libfabric initialises, so this
-        // must precede the first fi_getinfo; a user's own setting wins.
-        // Larger buffers cost memory in every rxm pool (about 0.37 GB per
-        // process at 64 KiB against 0.1 GB at the default 16 KiB), so they
-        // are only asked for when tcp may carry traffic: not when every
-        // rank of the job runs on this host and the shm rail serves them.
-        let job_on_one_host = env_count("OMPI_COMM_WORLD_SIZE")
+        // rxm's bounce buffers stay at their default size (16 KiB): eager
+        // packets above it travel as rxm segments (SAR) on the same
+        // connection. Enlarging them to a whole 64 KiB packet multiplied
+        // every rxm pool (0.36 GB per rank instead of 0.11 GB) and doubled
+        // MPI_Init over tcp; a user's FI_OFI_RXM_BUFFER_SIZE still applies.
+        let mut settings = settings;
+        settings.one_host = env_count("OMPI_COMM_WORLD_SIZE")
             .is_some_and(|n| env_count("OMPI_COMM_WORLD_LOCAL_SIZE") == Some(n));
-        let shm_serves_host = settings.shm != config::ShmMode::Off;
-        if !(job_on_one_host && shm_serves_host) {
-            // Capped at 64 KiB: larger eager messages go through rxm's own
-            // segmentation rather than multiply every pool.
-            let eager = settings.eager_limit.unwrap_or(65536).min(65536);
-            for (var, value) in config::rxm_buffer_env(eager) {
-                if std::env::var_os(var).is_none() {
-                    set_env(var, &value);
-                }
-            }
+        // rxm posts FI_OFI_RXM_MSG_RX_SIZE bounce buffers into tcp's shared
+        // receive context when its endpoint opens: 4096 by default, 64 MiB
+        // of touched memory per rank, most of a rank's footprint. The
+        // component posts its own receive buffers above rxm, so rxm keeps
+        // as many as the component does, and only a handful on a rail that
+        // the shm rail relieves of every peer. Read when libfabric
+        // initialises (before the first fi_getinfo); a user's setting wins.
+        let shm_relieves_net = settings.one_host && settings.shm != config::ShmMode::Off;
+        let msg_rx = if shm_relieves_net {
+            crate::driver::IDLE_RAIL_RX
+        } else {
+            settings.rx_buffers
+        };
+        if std::env::var_os("FI_OFI_RXM_MSG_RX_SIZE").is_none() {
+            set_env("FI_OFI_RXM_MSG_RX_SIZE", &msg_rx.max(16).to_string());
+        }
+        // With a shared receive context rxm also allocates its pools when
+        // the endpoint opens (17 MB more); per-connection receive buffers
+        // cost nothing on a rail no peer connects to.
+        if shm_relieves_net && std::env::var_os("FI_OFI_RXM_USE_SRX").is_none() {
+            set_env("FI_OFI_RXM_USE_SRX", "0");
         }
         let mut query = Err(crate::fabric::FiError::new("fi_getinfo", -61));
-        for h in Hints::PREFERENCE {
+        let mut asked = None;
+        for h in Hints::preference(settings.tagged, settings.rndv) {
             query = InfoList::query(h);
             if query.is_ok() {
+                asked = Some(h);
                 break;
             }
         }
@@ -375,12 +426,21 @@ pub unsafe extern "C" fn rustofi_init(
                     .map_or("unknown".to_string(), |d| d.to_string()),
                 engine.shm_provider().unwrap_or("off"),
                 engine.caps.rma,
-                if engine.rndv_uses_read() {
-                    "read"
-                } else {
-                    "send"
-                },
+                engine.rndv_name(),
                 engine.caps
+            ));
+            crate::log::info(&format!(
+                "rustofi: fi_getinfo rank={} api={} (libfabric {}, headers {}) asked caps={} tagged={}",
+                cfg.rank,
+                crate::fabric::version_text(crate::fabric::api_version()),
+                crate::fabric::version_text(crate::fabric::runtime_version()),
+                crate::fabric::version_text(crate::fabric::API_HEADERS),
+                asked.map(|h| h.caps_text()).unwrap_or_default(),
+                if engine.settings.tagged {
+                    "auto"
+                } else {
+                    "off"
+                }
             ));
         }
         let cache = engine.settings.mr_cache;
@@ -463,6 +523,34 @@ pub unsafe extern "C" fn rustofi_endpoint_name(buf: *mut u8, len: *mut usize) ->
             crate::log::error(&err.0);
             ERR
         }
+    })
+}
+
+/// The path of the shared-memory file behind the shm rail as a
+/// NUL-terminated string in `buf` of `len` bytes. Returns 0 with the path,
+/// 1 when no shm rail is open (or its address names no file), negative on
+/// error.
+///
+/// # Safety
+/// `buf` must be writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_shm_segment(buf: *mut c_char, len: usize) -> c_int {
+    with_engine("rustofi_shm_segment", |e, _| {
+        let Some(path) = e.shm_segment() else {
+            return 1;
+        };
+        if path.len() >= len {
+            crate::log::error("shm segment path larger than the shim's buffer");
+            return ERR;
+        }
+        // SAFETY: `buf` is writable for `len` bytes (the contract) and the
+        // path plus its NUL fits, checked above; a String of ours cannot
+        // overlap the caller's buffer.
+        unsafe {
+            ptr::copy_nonoverlapping(path.as_ptr(), buf as *mut u8, path.len());
+            *buf.add(path.len()) = 0;
+        }
+        0
     })
 }
 
@@ -894,7 +982,9 @@ pub const RUSTOFI_LAYOUT_CONFIG_RANK: usize = 112;
 pub const RUSTOFI_LAYOUT_CONFIG_NIC: usize = 120;
 pub const RUSTOFI_LAYOUT_CONFIG_MR_CACHE_SIZE: usize = 128;
 pub const RUSTOFI_LAYOUT_CONFIG_MEM_HOOKS: usize = 136;
-pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 144;
+pub const RUSTOFI_LAYOUT_CONFIG_TAGGED: usize = 144;
+pub const RUSTOFI_LAYOUT_CONFIG_PRIORITY: usize = 152;
+pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 160;
 
 /// Asserts at compile time that `$ty` has size `$size` and each listed
 /// field has the given offset and size (every field must be listed: the
@@ -960,4 +1050,6 @@ assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 28;
     nic: *const c_char = RUSTOFI_LAYOUT_CONFIG_NIC,
     mr_cache_size: i64 = RUSTOFI_LAYOUT_CONFIG_MR_CACHE_SIZE,
     mem_hooks: bool = RUSTOFI_LAYOUT_CONFIG_MEM_HOOKS,
+    tagged: *const c_char = RUSTOFI_LAYOUT_CONFIG_TAGGED,
+    priority: i64 = RUSTOFI_LAYOUT_CONFIG_PRIORITY,
 );

@@ -91,6 +91,8 @@ fn profile(s: &mut Script<'_>) -> RailProfile {
         zero_copy: bits & 8 != 0,
         rndv_read: bits & 16 != 0,
         tagged: bits & 32 != 0,
+        rndv_msg: bits & 64 != 0,
+        inject_size: if bits & 128 != 0 { 128 } else { 0 },
         chunk: 512,
         tx_depth: 4,
         rx_count: RX_COUNT,

@@ -40,9 +40,11 @@ pub mod matching;
 mod memrelease;
 mod nic;
 mod order;
+mod params;
 mod proto;
 mod pvars;
 mod request;
+mod shmfile;
 #[cfg(test)]
 mod sim;
 mod sync;

@@ -87,6 +87,16 @@ impl UserBuf {
         }
     }
 
+    /// The part of the buffer from `off`, at most `len` bytes (clipped to
+    /// the buffer, so the piece stays within the memory `new` vouched for).
+    pub(crate) fn sub(&self, off: usize, len: usize) -> UserBuf {
+        let off = off.min(self.len);
+        UserBuf {
+            ptr: self.ptr.wrapping_add(off),
+            len: len.min(self.len - off),
+        }
+    }
+
     /// Copies `src` to the start of the buffer, clipped to its length;
     /// returns the bytes copied.
     pub(crate) fn write(&self, src: &[u8]) -> usize {
@@ -126,6 +136,9 @@ mod tests {
         b.read_into(&mut out);
         assert_eq!(out, [1, 2, 3, 4, 0, 0]);
         assert_eq!(mem, [1, 2, 3, 4]);
+        assert_eq!(b.sub(3, 9).write(&[7, 7]), 1);
+        assert_eq!(b.sub(9, 1).len(), 0);
+        assert_eq!(mem, [1, 2, 3, 7]);
         assert!(UserBuf::empty().is_empty());
     }
 

@@ -17,10 +17,13 @@
 //! | 32  | 8    | message length in bytes                        |
 //! | 40  | 8    | cookie: the sender's request token             |
 //!
-//! `Rts` and `Cts` carry 16 more bytes: (remote address, RMA key) for a
-//! read rendezvous, (data tag, granted length) for a CTS, whose length
-//! field holds the chunk size the receiver posted its tagged receives with. `Eager` is
-//! followed by exactly `len` payload bytes.
+//! `Rts`, `Cts` and `Data` carry 16 more bytes: (remote address, RMA key)
+//! for a read rendezvous, (data tag, granted length) for a CTS, whose length
+//! field holds the chunk size the receiver posted its tagged receives with
+//! (message rendezvous: the receiver's token and slot instead of the tag,
+//! the bytes per data packet as length), (offset, receiver's token) for a
+//! `Data` packet, whose context field holds the receiver's slot. `Eager`
+//! and `Data` are followed by exactly `len` payload bytes.
 //!
 //! A striped read RTS (`FLAG_STRIPE`) goes on with the sender's buffer on
 //! each of its stripe endpoints: a count `n` (8 bytes, 1..=`MAX_STRIPES`),
@@ -34,7 +37,7 @@
 //! such a packet.
 
 pub(crate) const MAGIC: u8 = 0xA7;
-pub(crate) const VERSION: u8 = 3;
+pub(crate) const VERSION: u8 = 4;
 pub(crate) const BASE_LEN: usize = 48;
 pub(crate) const EXT_LEN: usize = 64;
 
@@ -50,9 +53,12 @@ pub(crate) const FLAG_MORE: u8 = 4;
 pub(crate) const FLAG_ABORT: u8 = 8;
 /// On a read RTS: the buffer is also readable through the sender's stripe
 /// endpoints ([`Stripes`] follow the extension).
-pub(crate) const FLAG_STRIPE: u8 = 16;
+pub(crate) const FLAG_STRIPE: u8 = 32;
 /// Most stripe endpoints an RTS names.
 pub(crate) const MAX_STRIPES: usize = 7;
+/// On an RTS or CTS: rendezvous by `Data` packets over plain sends
+/// (neither RMA nor tagged operations).
+pub(crate) const FLAG_RNDV_MSG: u8 = 16;
 /// Offset of the flags byte in a header.
 const FLAGS_AT: usize = 2;
 
@@ -74,6 +80,8 @@ pub(crate) enum Kind {
     Fin = 4,
     /// Receiver → sender: a synchronous eager send was matched.
     SyncAck = 5,
+    /// Sender → receiver: a piece of a message rendezvous's data.
+    Data = 6,
 }
 
 impl Kind {
@@ -84,6 +92,7 @@ impl Kind {
             3 => Kind::Cts,
             4 => Kind::Fin,
             5 => Kind::SyncAck,
+            6 => Kind::Data,
             _ => return None,
         })
     }
@@ -101,9 +110,9 @@ pub(crate) struct Header {
     pub sender: u64,
     pub len: u64,
     pub cookie: u64,
-    /// RTS: remote address; CTS: data tag.
+    /// RTS: remote address; CTS: data tag (or token); Data: offset.
     pub ext0: u64,
-    /// RTS: RMA key; CTS: granted length.
+    /// RTS: RMA key; CTS: granted length; Data: the receiver's token.
     pub ext1: u64,
     /// Striped RTS: the buffer on each stripe endpoint.
     pub stripes: Stripes,
@@ -194,7 +203,7 @@ impl Header {
     pub(crate) fn wire_len(&self) -> usize {
         match self.kind {
             Kind::Rts if self.flags & FLAG_STRIPE != 0 => EXT_LEN + self.stripes.wire_len(),
-            Kind::Rts | Kind::Cts => EXT_LEN,
+            Kind::Rts | Kind::Cts | Kind::Data => EXT_LEN,
             _ => BASE_LEN,
         }
     }
@@ -305,6 +314,7 @@ impl Header {
                     None => Some(EXT_LEN as u64 + 8),
                 }
             }
+            Kind::Data => (EXT_LEN as u64).checked_add(h.len),
             Kind::Rts | Kind::Cts => Some(EXT_LEN as u64),
             Kind::Fin | Kind::SyncAck => Some(BASE_LEN as u64),
         };
@@ -596,6 +606,30 @@ mod tests {
             assert!(full.push(i, i));
         }
         assert!(!full.push(0, 0));
+    }
+
+    #[test]
+    fn data_packet_carries_offset_token_and_payload() {
+        let mut h = sample(Kind::Data);
+        h.flags = 0;
+        h.ext0 = 1 << 33;
+        h.ext1 = 77;
+        let mut pkt = vec![0u8; EXT_LEN + 5];
+        assert_eq!(h.encode(&mut pkt), EXT_LEN);
+        assert_eq!(Header::decode(&pkt), Ok(h));
+        assert_eq!(Header::decode_prefix(&pkt), Ok((h, EXT_LEN + 5)));
+        // The payload must be exactly `len` bytes.
+        for n in [EXT_LEN + 4, EXT_LEN + 6] {
+            let mut p = vec![0u8; n];
+            h.encode(&mut p);
+            assert!(matches!(
+                Header::decode(&p),
+                Err(DecodeError::LengthMismatch {
+                    kind: Kind::Data,
+                    ..
+                })
+            ));
+        }
     }
 
     #[test]

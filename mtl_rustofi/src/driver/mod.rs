@@ -72,6 +72,10 @@ fn posted(ret: isize) -> Result<(), PostError> {
     }
 }
 
+/// Receive buffers posted on a network rail that no rank of the job
+/// reaches it through (see [`Driver::open`]).
+pub(crate) const IDLE_RAIL_RX: usize = 8;
+
 pub(crate) struct Driver {
     rails: Vec<FabricRail>,
     rx: Vec<Vec<RxBuf>>,
@@ -99,9 +103,10 @@ impl Driver {
         let mut rails = vec![net];
         if let Some(i) = shm {
             // The shm rail reads when it can, unless the user asked for the
-            // send protocol everywhere.
+            // send or msg protocol everywhere.
             let rndv = match settings.rndv {
                 RndvProtocol::Send => RndvProtocol::Send,
+                RndvProtocol::Msg => RndvProtocol::Msg,
                 _ => RndvProtocol::Auto,
             };
             match FabricRail::open(list, i, RailKind::Shm, settings, rndv) {
@@ -118,6 +123,12 @@ impl Driver {
                     e.0, rails[0].profile.provider
                 )),
             }
+        }
+        if rails.len() > 1 && settings.one_host {
+            // The shm rail serves every rank of the job; the network rail
+            // only needs to stay reachable (for processes that join later),
+            // not a full set of posted 64 KiB buffers.
+            rails[0].profile.rx_count = rails[0].profile.rx_count.min(IDLE_RAIL_RX);
         }
         let mut rx = Vec::with_capacity(rails.len());
         for (r, rl) in rails.iter().enumerate() {
@@ -237,8 +248,24 @@ impl Driver {
                     rail,
                     dest,
                     head,
+                    inject: true,
+                    ..
+                } => match self.inject(rail, dest, head) {
+                    // Copied by the provider, and no completion will come.
+                    Ok(()) => {
+                        core.on_complete(op, out);
+                        continue;
+                    }
+                    Err(e) => (Posted::Op(op), Err(e)),
+                },
+                Action::Send {
+                    op,
+                    rail,
+                    dest,
+                    head,
                     mr,
                     payload,
+                    inject: false,
                 } => (Posted::Op(op), self.send(op, rail, dest, head, mr, payload)),
                 other => match self.execute_other(other, core, out) {
                     Some(failed) => failed,
@@ -426,6 +453,15 @@ impl Driver {
         // SAFETY: the packet lives in the core's bounce buffer until this
         // operation is reported; the context is boxed by the driver.
         posted(unsafe { sys::fi_send(ep, head.addr as *const c_void, head.len, desc, dest.0, ctx) })
+    }
+
+    /// `fi_inject` of a packet in a bounce buffer: no descriptor (even
+    /// under FI_MR_LOCAL) and no context, since it generates no completion.
+    fn inject(&mut self, rail: RailId, dest: FiAddr, head: Region) -> Result<(), PostError> {
+        let ep = self.rails[rail.index()].ep().raw();
+        // SAFETY: the packet lives in the core's bounce buffer for the
+        // duration of the call; the provider has copied it when it returns.
+        posted(unsafe { sys::fi_inject(ep, head.addr as *const c_void, head.len, dest.0) })
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -20,6 +20,7 @@ pub(crate) struct Caps {
     pub(crate) mr_prov_key: bool,
     pub(crate) mr_endpoint: bool,
     pub(crate) max_msg: usize,
+    pub(crate) inject_size: usize,
 }
 
 /// An open endpoint. Fields drop in declaration order: endpoint, completion
@@ -59,6 +60,7 @@ impl FabricRail {
             mr_prov_key: mr_mode & sys::FI_MR_PROV_KEY != 0,
             mr_endpoint: mr_mode & sys::FI_MR_ENDPOINT != 0,
             max_msg: info.max_msg_size().max(4096),
+            inject_size: info.inject_size(),
         };
         let eager_limit = settings
             .eager_limit
@@ -71,15 +73,24 @@ impl FabricRail {
                 caps.max_msg
             )));
         }
-        let rndv_read = match rndv {
-            RndvProtocol::Auto => caps.rma,
+        // FI_TAGGED is used only if the provider returned it and the user
+        // allows it (a provider may return it unasked).
+        let tagged = caps.tagged && settings.tagged;
+        let (rndv_read, rndv_msg) = match rndv {
+            RndvProtocol::Auto => (caps.rma, !caps.rma && !tagged),
             RndvProtocol::Read if !caps.rma => {
                 return Err(EngineError(format!(
                     "mtl_rustofi_rndv_protocol = read, but provider {provider} has no FI_RMA"
                 )))
             }
-            RndvProtocol::Read => true,
-            RndvProtocol::Send => false,
+            RndvProtocol::Read => (true, false),
+            RndvProtocol::Send if !tagged => {
+                return Err(EngineError(format!(
+                    "mtl_rustofi_rndv_protocol = send, but provider {provider} has no FI_TAGGED"
+                )))
+            }
+            RndvProtocol::Send => (false, false),
+            RndvProtocol::Msg => (false, true),
         };
         let fabric = Fabric::open(info)?;
         let domain = Domain::open(&fabric, info)?;
@@ -97,11 +108,13 @@ impl FabricRail {
             eager_limit,
             zero_copy: !caps.mr_local && info.iov_limit() >= 2,
             rndv_read,
-            tagged: caps.tagged,
+            tagged,
+            rndv_msg,
             chunk: settings.chunk.min(caps.max_msg),
             // Some providers (udp;ofi_rxd) accept more than their queue
             // depth without EAGAIN and then stall, so the core queues the
             // excess itself.
+            inject_size: caps.inject_size,
             tx_depth: info.tx_size().clamp(16, 1 << 20),
             rx_count: settings.rx_buffers.min(info.rx_size().max(8)),
         };

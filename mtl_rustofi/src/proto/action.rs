@@ -56,7 +56,10 @@ pub(crate) enum Action {
     PostRecv { rail: RailId, slot: RxSlot },
     /// Send one packet: `head` (our bounce buffer, registered as `mr` when
     /// the rail needs local registration) followed, for a zero-copy eager
-    /// send, by `payload` straight from the user's buffer.
+    /// send, by `payload` straight from the user's buffer. With `inject`
+    /// (no payload, at most the rail's `inject_size` bytes) the driver may
+    /// use `fi_inject`, which generates no completion: it then reports the
+    /// operation complete as soon as the post succeeds.
     Send {
         op: OpId,
         rail: RailId,
@@ -64,6 +67,7 @@ pub(crate) enum Action {
         head: Region,
         mr: Option<MrId>,
         payload: Option<Region>,
+        inject: bool,
     },
     /// RMA read of `local.len` bytes from the peer's `remote_addr` (key
     /// `key`) into `local`.

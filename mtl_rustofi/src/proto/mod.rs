@@ -24,6 +24,8 @@
 //! - [`rndv_read`]: the receiver reads the sender's buffer (FI_RMA);
 //! - [`rndv_send`]: the receiver grants tags, the sender sends (FI_TAGGED);
 //! - [`stripe`]: a read rendezvous spread over several NICs;
+//! - [`rndv_msg`]: the receiver grants, the sender sends data packets into
+//!   its bounce buffers (FI_MSG only);
 //! - [`mrcache`]: registrations of user buffers kept for reuse;
 //! - [`usermr`]: how rendezvous registrations go through that cache.
 
@@ -36,6 +38,7 @@ mod mrcache;
 mod peers;
 mod recv;
 mod rndv;
+mod rndv_msg;
 mod rndv_read;
 mod rndv_send;
 mod stripe;
@@ -83,7 +86,15 @@ pub(crate) struct RailProfile {
     pub(crate) rndv_read: bool,
     /// FI_TAGGED is available (the send rendezvous needs it).
     pub(crate) tagged: bool,
+    /// Rendezvous by data packets over plain sends (chosen where neither
+    /// the read nor the tagged rendezvous is used, or forced); takes
+    /// precedence over the tagged rendezvous.
+    pub(crate) rndv_msg: bool,
     pub(crate) chunk: usize,
+    /// Largest packet the provider takes with `fi_inject` (0: none).
+    /// Packets copied into a bounce buffer and no larger go that way: the
+    /// provider copies them at once and reports no completion.
+    pub(crate) inject_size: usize,
     /// Most transmit operations in flight (the provider's tx queue depth).
     pub(crate) tx_depth: usize,
     /// Receive bounce buffers the driver holds for this rail.

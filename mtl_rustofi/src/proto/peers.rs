@@ -218,7 +218,9 @@ impl Core {
             }
             Kind::SyncAck => self.on_sync_ack(&hdr, out),
             Kind::Fin => self.on_fin(peer, &hdr, out),
+            Kind::Cts if has(&hdr, wire::FLAG_RNDV_MSG) => self.on_cts_msg(peer, &hdr, out),
             Kind::Cts => self.on_cts(peer, &hdr, out),
+            Kind::Data => self.on_data(peer, &hdr, &msg[hdr.wire_len()..], out),
         }
     }
 

@@ -6,13 +6,15 @@
 //! rail needs it, then sends the RTS; it waits for a FIN (read protocol,
 //! or any failure of the receiver) or a CTS (send protocol). Receiver:
 //! `start_rndv_recv` on the match registers the receive buffer where the
-//! rail needs it and hands over to [`super::rndv_read`] or
-//! [`super::rndv_send`].
+//! rail needs it and hands over to [`super::rndv_read`],
+//! [`super::rndv_send`] or [`super::rndv_msg`] (which registers nothing:
+//! its data travels through bounce buffers).
 
 use super::action::{Access, Event, Out, Status};
 use super::ids::{Cookie, MrId, PeerId, ReqId, RndvId};
 use super::peers::has;
 use super::recv::PostedRecv;
+use super::rndv_msg::{MsgRecv, MsgSend};
 use super::stripe::Lane;
 use super::txq::{AfterSend, ChunkOwner, MrUse};
 use super::usermr::UserMr;
@@ -41,6 +43,8 @@ pub(super) struct SendRndv {
     pub(super) lanes: Vec<Lane>,
     /// Registrations done so far (the primary's first, then the lanes').
     pub(super) reg_done: usize,
+    /// Message rendezvous: what is sent so far (set by the CTS).
+    pub(super) msg: Option<MsgSend>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +88,8 @@ pub(super) struct RecvRndv {
     pub(super) lanes: Vec<Lane>,
     /// Round-robin cursor over the primary rail (0) and the lanes.
     pub(super) lane_next: usize,
+    /// Message rendezvous: which data packets arrived.
+    pub(super) msg: Option<MsgRecv>,
 }
 
 impl Core {
@@ -95,7 +101,15 @@ impl Core {
         let rail = self.peers[s.peer.index()].rail;
         let prof = &self.rails[rail.index()].profile;
         let (read, mr_local) = (prof.rndv_read, prof.mr_local);
-        if !read && !prof.tagged {
+        let msg = !read && prof.rndv_msg;
+        if msg && self.data_chunk(s.peer) == 0 {
+            return Err(CoreError(format!(
+                "the eager limit of {} bytes leaves no room for rendezvous data packets: \
+                 raise mtl_rustofi_eager_limit",
+                self.peers[s.peer.index()].eager_limit
+            )));
+        }
+        if !read && !msg && !prof.tagged {
             return Err(CoreError(format!(
                 "provider {} offers neither FI_RMA nor FI_TAGGED: a message of {} bytes \
                  (above the eager limit of {} bytes) cannot be sent",
@@ -119,7 +133,9 @@ impl Core {
         );
         let mut hdr = self.matchable_header(s.peer, Kind::Rts, s.ctx, s.src, s.tag, len);
         hdr.cookie = cookie.0;
-        if !read {
+        if msg {
+            hdr.flags |= wire::FLAG_RNDV_MSG;
+        } else if !read {
             hdr.flags |= wire::FLAG_RNDV_SEND;
         }
         let mut r = SendRndv {
@@ -138,8 +154,9 @@ impl Core {
                 Vec::new()
             },
             reg_done: 0,
+            msg: None,
         };
-        if read || mr_local {
+        if !msg && (read || mr_local) {
             let access = if read {
                 Access::RemoteRead
             } else {
@@ -205,7 +222,7 @@ impl Core {
                     (addr - base) as u64
                 };
                 if s.reg_done == 0 {
-                    if !has(&hdr, wire::FLAG_RNDV_SEND) {
+                    if !has(&hdr, wire::FLAG_RNDV_SEND | wire::FLAG_RNDV_MSG) {
                         hdr.ext0 = at;
                         hdr.ext1 = key;
                     }
@@ -343,12 +360,27 @@ impl Core {
             return;
         }
         let want = hdr.len.min(p.buf.len() as u64) as usize;
-        let read = !has(hdr, wire::FLAG_RNDV_SEND);
+        let msg = has(hdr, wire::FLAG_RNDV_MSG);
+        let read = !msg && !has(hdr, wire::FLAG_RNDV_SEND);
+        let rail = self.peers[peer.index()].rail;
+        if !read && !msg && !self.rails[rail.index()].profile.tagged {
+            // The sender asked for tagged data, which this rank does not
+            // use (mtl_rustofi_tagged = off, or no FI_TAGGED).
+            self.count_error();
+            self.error("a rendezvous by tagged send arrived, but FI_TAGGED is not in use here");
+            let mut fin = self.header(Kind::Fin);
+            fin.cookie = hdr.cookie;
+            fin.status = 1;
+            self.send_ctrl(peer, &fin, out);
+            self.recv_done(p.req, env, 0, Status::Failed, out);
+            return;
+        }
         tracing::debug!(
             peer = peer.0,
             len = hdr.len,
             want,
             read,
+            msg,
             "rendezvous: matched RTS"
         );
         let mut key = hdr.ext1;
@@ -358,6 +390,11 @@ impl Core {
         }
         let tag_base = if read {
             0
+        } else if msg {
+            // A token that tells this transfer's data from a late packet
+            // of an earlier one that held the same slot.
+            self.next_tag_base += 1;
+            self.next_tag_base
         } else {
             let t = self.next_tag_base & super::rndv_send::TAG_ID_MASK;
             self.next_tag_base += 1;
@@ -389,8 +426,12 @@ impl Core {
             abort_sent: false,
             lanes,
             lane_next: 0,
+            msg: None,
         });
-        let rail = self.peers[peer.index()].rail;
+        if msg {
+            self.grant_msg(id, out);
+            return;
+        }
         if want > 0 && self.rails[rail.index()].profile.mr_local {
             let access = if read { Access::Read } else { Access::Recv };
             let region = p.buf.region().slice(0, want);

@@ -55,6 +55,8 @@ pub(super) enum AfterSend {
     Sync(Cookie),
     /// The RTS of a rendezvous send.
     Rts(Cookie),
+    /// A data packet of a message rendezvous.
+    Data(Cookie),
 }
 
 /// A packet: header(s) and, for copied eager sends, payload in `buf`.
@@ -393,13 +395,17 @@ impl Core {
         self.rails[op.rail().index()].inflight -= op.takes_credit() as usize;
         match op {
             Op::Packet(p) => {
-                if let AfterSend::Complete(req) = p.then {
+                let then = p.then;
+                if let AfterSend::Complete(req) = then {
                     out.events.push(Event::Send {
                         req,
                         status: Status::Ok,
                     });
                 }
                 self.packet_done(p, out);
+                if let AfterSend::Data(cookie) = then {
+                    self.data_sent(cookie, false, out);
+                }
             }
             Op::Chunk(c) => self.chunk_done(c.owner, false, out),
         }
@@ -492,6 +498,7 @@ impl Core {
                         }
                     }
                     AfterSend::Rts(cookie) => self.rndv_send_failed(cookie, out),
+                    AfterSend::Data(cookie) => self.data_sent(cookie, true, out),
                 }
                 self.packet_done(p, out);
                 // The packet may have held a sequence number the peer waits
@@ -555,8 +562,24 @@ impl Core {
     /// The action that sends a packet. The buffer's address is taken from
     /// the operation where it lives: a pointer taken before the Box moved
     /// into the slab would be invalid (Stacked Borrows; Miri reports it).
+    ///
+    /// A packet wholly in its bounce buffer and within the provider's
+    /// inject size is marked for `fi_inject`: the buffer may be reused as
+    /// soon as the post returns, and there is no completion to reap. The
+    /// price: an error after the post is not reported for it (a reliable
+    /// endpoint then loses the connection, and the peer is given up through
+    /// the runtime), so such a packet is not resent. Copied eager packets
+    /// are not injected while coalescing is on: the transmit of such a
+    /// packet is the window in which following sends to the peer share one
+    /// packet, and an injected packet has none.
     #[inline(always)]
     fn send_action(&self, id: OpId, p: &Packet) -> Action {
+        let coalescable = self.cfg.coalesce
+            && p.then == AfterSend::Nothing
+            && p.buf.mem[1] == crate::wire::Kind::Eager as u8;
+        let inject = p.payload.is_none()
+            && !coalescable
+            && p.len <= self.rails[p.rail.index()].profile.inject_size;
         Action::Send {
             op: id,
             rail: p.rail,
@@ -564,6 +587,7 @@ impl Core {
             head: p.buf.region(p.len),
             mr: p.buf.mr,
             payload: p.payload.map(|u| u.region()),
+            inject,
         }
     }
 

@@ -364,6 +364,7 @@ pub(crate) struct Coverage {
     pub(crate) deaths: u64,
     pub(crate) deaths_mid_rndv: u64,
     pub(crate) dups: u64,
+    pub(crate) injected: u64,
     /// Tagged receives the core cancelled (an aborted send rendezvous).
     pub(crate) chunks_cancelled: u64,
     /// Rendezvous served a cached registration.
@@ -416,6 +417,7 @@ impl Coverage {
         self.deaths += w.dead.is_some() as u64;
         self.deaths_mid_rndv += w.died_mid_rndv as u64;
         self.dups += w.dups as u64;
+        self.injected += w.injected as u64;
         self.chunks_cancelled += w.chunks_cancelled as u64;
         self.releases += w.releases as u64;
         for n in &w.nodes {

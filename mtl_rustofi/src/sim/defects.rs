@@ -18,7 +18,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 /// A message from `from` to `to` with a tag of its own (its index).
-fn msg(from: usize, to: usize, tag: i32, len: usize, sync: bool) -> MsgSpec {
+pub(super) fn msg(from: usize, to: usize, tag: i32, len: usize, sync: bool) -> MsgSpec {
     MsgSpec {
         from,
         to,
@@ -31,7 +31,7 @@ fn msg(from: usize, to: usize, tag: i32, len: usize, sync: bool) -> MsgSpec {
 
 /// Plays `specs` (receives posted first, each of the message's size, then
 /// the sends in order) with faults injected by `hook` only.
-fn directed(
+pub(super) fn directed(
     profile: &str,
     specs: Vec<MsgSpec>,
     allow_unmatched: bool,
@@ -80,7 +80,7 @@ fn directed_with(
 }
 
 /// Status of the send of message `i`.
-fn send_status(w: &World, i: usize) -> Option<Status> {
+pub(super) fn send_status(w: &World, i: usize) -> Option<Status> {
     w.reqs.iter().find_map(|r| match (r.kind, r.done) {
         (ReqKind::Send { msg }, Some((_, Event::Send { status, .. }))) if msg == i => Some(status),
         _ => None,
@@ -88,7 +88,7 @@ fn send_status(w: &World, i: usize) -> Option<Status> {
 }
 
 /// Status of the receive that got message `i` (tags are unique).
-fn recv_status(w: &World, i: usize) -> Option<Status> {
+pub(super) fn recv_status(w: &World, i: usize) -> Option<Status> {
     let m = w.plan.msgs[i].spec;
     w.reqs.iter().find_map(|r| match r.done {
         Some((_, Event::Recv { tag, status, .. })) if r.node == m.to && tag == m.tag => {

@@ -287,6 +287,7 @@ impl World {
                 head,
                 mr,
                 payload,
+                inject,
             } => {
                 let r = rail.index();
                 let to = dest.0 as usize;
@@ -306,6 +307,10 @@ impl World {
                         .ok()
                         .map(|h| h.kind)
                 });
+                if kind == Some(crate::wire::Kind::Data) {
+                    // A message rendezvous's data packet is its chunk.
+                    self.maybe_die_on_chunk(n, to);
+                }
                 let inj = self.ask(n, r, PostKind::Send, Some(op), None, kind);
                 let fails = self.nodes[n].fails.get(&op).copied().unwrap_or(0);
                 // A recovering provider: random failures stop before the
@@ -330,6 +335,26 @@ impl World {
                     ));
                 }
                 let h = hash(&pkt);
+                if inject {
+                    let limit = self.rails.profiles[r].inject_size;
+                    if payload.is_some() || pkt.len() > limit {
+                        self.fail(&format!(
+                            "node {n}: inject of {} bytes (inject size {limit})",
+                            pkt.len()
+                        ));
+                    }
+                    // fi_inject: the provider has copied the packet, and
+                    // no completion follows. A reliable endpoint delivers
+                    // it unless the peer is gone (an error after an inject
+                    // is never reported to the sender).
+                    if self.nodes[to].alive {
+                        self.inject_deliver(n, to, r, pkt);
+                    }
+                    self.forget_op(n, op);
+                    self.injected += 1;
+                    self.nodes[n].core.on_complete(op, out);
+                    return;
+                }
                 self.note_posted(n, op, r, Some((head, payload, h)));
                 if !self.nodes[to].alive {
                     fail = true;
@@ -652,6 +677,34 @@ impl World {
 
     /// Death "in the middle of a rendezvous": at the first chunk involving
     /// the doomed node.
+    /// Delivers an injected packet (perhaps twice, under `dup`).
+    fn inject_deliver(&mut self, from: usize, to: usize, rail: usize, pkt: Vec<u8>) {
+        if self.rng.chance(self.faults.dup) {
+            self.dups += 1;
+            let d = self.latency();
+            let pkt = pkt.clone();
+            self.schedule(
+                d,
+                Ev::Deliver {
+                    to,
+                    rail,
+                    from,
+                    pkt,
+                },
+            );
+        }
+        let d = self.latency();
+        self.schedule(
+            d,
+            Ev::Deliver {
+                to,
+                rail,
+                from,
+                pkt,
+            },
+        );
+    }
+
     fn maybe_die_on_chunk(&mut self, a: usize, b: usize) {
         if let Some(d) = self.plan.death {
             if d.on_first_chunk && self.dead.is_none() && (a == d.node || b == d.node) {

@@ -324,6 +324,8 @@ pub(crate) struct World {
     pub(crate) cancel_lost: usize,
     /// Packets delivered twice.
     pub(crate) dups: usize,
+    /// Packets sent with (simulated) fi_inject: no completion generated.
+    pub(crate) injected: usize,
     /// Decides buffer reuse, memory release and the cache settings (its own
     /// stream, so that seeds keep the rest of their runs).
     pub(crate) mrng: Rng,
@@ -469,6 +471,7 @@ impl World {
             cancel_won: 0,
             cancel_lost: 0,
             dups: 0,
+            injected: 0,
             mrng,
             releases: 0,
             mem: Default::default(),

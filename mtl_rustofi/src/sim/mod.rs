@@ -25,6 +25,7 @@ mod driver;
 mod fabric;
 mod memreuse;
 mod mrcases;
+mod msg_cases;
 mod profiles;
 mod rng;
 mod run;

@@ -49,6 +49,10 @@ pub(crate) const PROFILES: &[&str] = &[
     "efa-stripe",
     "tiny",
     "tiny-send",
+    "efa-direct",
+    "efa-direct-msg",
+    "msg-only",
+    "tiny-msg",
 ];
 
 /// Fault set names, for the test matrix and `SIM_FAULT`.
@@ -82,6 +86,10 @@ fn rail(
         zero_copy,
         rndv_read,
         tagged,
+        rndv_msg: false,
+        // Set per profile below: most providers' inject sizes would take
+        // every control packet.
+        inject_size: 0,
         chunk,
         tx_depth,
         rx_count,
@@ -116,21 +124,42 @@ fn efa_stripe() -> RailProfile {
     p
 }
 
-fn shm() -> RailProfile {
+fn efa_direct() -> RailProfile {
     rail(
-        "shm",
-        RailKind::Shm,
+        "efa-direct",
+        RailKind::Net,
+        true,
+        false,
+        true,
+        8192 - BASE_LEN,
         false,
         true,
         false,
-        4048,
-        false,
-        true,
-        true,
-        32768,
-        16,
-        16,
+        8192,
+        8,
+        8,
     )
+}
+
+fn shm() -> RailProfile {
+    // shm injects up to 4 KiB.
+    RailProfile {
+        inject_size: 4096,
+        ..rail(
+            "shm",
+            RailKind::Shm,
+            false,
+            true,
+            false,
+            4048,
+            false,
+            true,
+            true,
+            32768,
+            16,
+            16,
+        )
+    }
 }
 
 /// The rails of a named profile.
@@ -160,20 +189,23 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
             4,
             8,
         )),
-        "tcp-rxm" => one(rail(
-            "tcp;ofi_rxm",
-            RailKind::Net,
-            false,
-            true,
-            false,
-            65536,
-            true,
-            true,
-            true,
-            32768,
-            32,
-            16,
-        )),
+        "tcp-rxm" => one(RailProfile {
+            inject_size: 64,
+            ..rail(
+                "tcp;ofi_rxm",
+                RailKind::Net,
+                false,
+                true,
+                false,
+                65536,
+                true,
+                true,
+                true,
+                32768,
+                32,
+                16,
+            )
+        }),
         "udp-rxd" => one(rail(
             "udp;ofi_rxd",
             RailKind::Net,
@@ -203,7 +235,9 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
             32,
             16,
         )),
-        // Neither FI_RMA nor FI_TAGGED: only eager messages can be sent.
+        // Neither FI_RMA nor FI_TAGGED, and no message rendezvous (the
+        // driver would choose it; left out here so the core's refusal of a
+        // send it cannot carry stays covered): only eager messages go.
         "bare" => one(rail(
             "bare",
             RailKind::Net,
@@ -248,6 +282,54 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
             1,
             2,
         )),
+        // libfabric's efa-direct: FI_MSG and FI_RMA, no FI_TAGGED, messages
+        // of at most about 8 KiB (so reads are split as finely), FI_MR_LOCAL
+        // and provider keys. The rendezvous reads.
+        "efa-direct" => one(efa_direct()),
+        // The same with the message rendezvous forced (rndv_protocol = msg).
+        "efa-direct-msg" => one(RailProfile {
+            rndv_read: false,
+            rndv_msg: true,
+            ..efa_direct()
+        }),
+        // FI_MSG alone (no RMA, no tagged): the message rendezvous.
+        "msg-only" => one(RailProfile {
+            rndv_msg: true,
+            inject_size: 256,
+            ..rail(
+                "msg-only",
+                RailKind::Net,
+                false,
+                false,
+                false,
+                4096,
+                false,
+                false,
+                false,
+                8192,
+                16,
+                16,
+            )
+        }),
+        // The message rendezvous with queues as small as they go.
+        "tiny-msg" => one(RailProfile {
+            rndv_msg: true,
+            inject_size: 64,
+            ..rail(
+                "tiny-msg",
+                RailKind::Net,
+                true,
+                false,
+                true,
+                1024,
+                false,
+                false,
+                false,
+                2048,
+                1,
+                2,
+            )
+        }),
         // EFA between hosts, shm between the two nodes of a host.
         "efa-shm" => Rails {
             profiles: vec![efa(false), shm()],

@@ -344,7 +344,7 @@ impl World {
                 let res = self.nodes[n].core.send(args, &mut out);
                 match res {
                     Ok(()) if m.doomed => self.fail(&format!(
-                        "node {n}: a send of {} bytes was accepted on a rail with neither RMA nor FI_TAGGED",
+                        "node {n}: a send of {} bytes was accepted on a rail without a rendezvous protocol",
                         s.len
                     )),
                     Err(e) if !m.doomed && !self.plan.allow_unmatched => {

@@ -46,7 +46,10 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
             c.runs
         )
     };
-    let can_rndv = rails.profiles.iter().any(|p| p.rndv_read || p.tagged);
+    let can_rndv = rails
+        .profiles
+        .iter()
+        .any(|p| p.rndv_read || p.tagged || p.rndv_msg);
     want("receives", c.recv_ok);
     want("truncated receives", c.truncated);
     want("empty messages", c.empty);
@@ -66,20 +69,42 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
     let faults = fault_set(fault).expect("known fault set");
     // Registrations happen on FI_MR_LOCAL rails and for RMA reads.
     let registers = rails.profiles.iter().any(|p| p.mr_local || p.rndv_read);
-    if registers {
+    // The message rendezvous registers no user buffer (its data goes
+    // through bounce buffers), so it has nothing to cache.
+    let user_regs = rails
+        .profiles
+        .iter()
+        .any(|p| p.rndv_read || (p.mr_local && !p.rndv_msg));
+    if user_regs {
         want("registration cache hits", c.mr_hits);
     }
     want("memory releases", c.releases);
     if faults.any_error() && (fault != "reg" || registers) {
         want("errors", c.errors);
     }
-    if can_rndv && matches!(fault, "cqerr" | "posthard" | "death" | "mixed") {
+    // A failed packet is resent and fails a transfer only if every resend
+    // fails too; a failed rendezvous chunk (read, tagged) fails at once. So
+    // error completions fail transfers where chunks exist; without them
+    // (message rendezvous) only deaths do, reliably.
+    let chunks = rails
+        .profiles
+        .iter()
+        .any(|p| p.rndv_read || (p.tagged && !p.rndv_msg));
+    let failing = if chunks {
+        matches!(fault, "cqerr" | "posthard" | "death" | "mixed")
+    } else {
+        fault == "death"
+    };
+    if can_rndv && failing {
         want("failed receives", c.recv_failed);
         want("failed sends", c.send_failed);
     }
     // The send rendezvous withdraws the tagged receives of a transfer
     // whose sender failed or died.
-    let send_rndv = rails.profiles.iter().any(|p| !p.rndv_read && p.tagged);
+    let send_rndv = rails
+        .profiles
+        .iter()
+        .any(|p| !p.rndv_read && !p.rndv_msg && p.tagged);
     if send_rndv && matches!(fault, "cqerr" | "death" | "mixed") {
         want("cancelled tagged receives", c.chunks_cancelled);
     }
@@ -89,6 +114,9 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
             want("deaths in the middle of a rendezvous", c.deaths_mid_rndv);
         }
         want("receives cancelled at the end", c.cancelled_at_end);
+    }
+    if rails.profiles.iter().any(|p| p.inject_size > 0) {
+        want("injected packets", c.injected);
     }
     if fault == "dup" {
         want("duplicated packets", c.dups);
@@ -137,6 +165,26 @@ fn sim_sockets() {
 #[test]
 fn sim_no_rma_no_tagged() {
     matrix("bare");
+}
+
+#[test]
+fn sim_efa_direct() {
+    matrix("efa-direct");
+}
+
+#[test]
+fn sim_efa_direct_msg_rendezvous() {
+    matrix("efa-direct-msg");
+}
+
+#[test]
+fn sim_msg_only() {
+    matrix("msg-only");
+}
+
+#[test]
+fn sim_tiny_queues_msg_rendezvous() {
+    matrix("tiny-msg");
 }
 
 #[test]

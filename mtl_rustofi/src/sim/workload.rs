@@ -200,7 +200,7 @@ pub(crate) fn eager_limit(rails: &Rails, a: usize, b: usize) -> usize {
 
 fn doomed(rails: &Rails, s: &MsgSpec) -> bool {
     let p = &rails.profiles[rails.rail_between(s.from, s.to)];
-    s.len > p.eager_limit && !p.rndv_read && !p.tagged
+    s.len > p.eager_limit && !p.rndv_read && !p.tagged && !p.rndv_msg
 }
 
 /// A message size: empty, small, around the eager limit, or several

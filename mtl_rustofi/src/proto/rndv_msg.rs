@@ -1,0 +1,224 @@
+//! Rendezvous by message, for rails that use neither RMA nor tagged
+//! operations (libfabric's `efa-direct` has FI_MSG and FI_RMA but no
+//! FI_TAGGED; a MSG-only provider has nothing else; `tagged = off` or
+//! `rndv_protocol = msg` choose it anywhere).
+//!
+//! After the RTS matches, the receiver grants the transfer with a CTS that
+//! names its slot and a token (so that a late packet of an earlier
+//! transfer in the same slot is told apart) and the bytes each data packet
+//! carries. The sender then sends `Data` packets, header and at most that
+//! many bytes, into the receiver's ordinary bounce buffers, keeping up to
+//! [`WINDOW`] of them in flight; the receiver copies each into the user
+//! buffer at its offset. The sender is done when its last packet completes,
+//! the receiver when every granted byte has arrived: no FIN. Failures
+//! travel as in the tagged rendezvous (see [`super::abort`]): a FIN with a
+//! failed status from the receiver, a FIN with `FLAG_ABORT` from the sender;
+//! a data packet that fails for good loses its peer, like any packet.
+//!
+//! Nothing is registered: the data moves through the bounce buffers, which
+//! suits providers whose messages are limited to about an MTU and which
+//! want FI_MR_LOCAL. Receive buffers are not reserved per transfer: a packet
+//! for which no buffer is posted waits in the provider (FI_RM_ENABLED).
+
+use super::action::Out;
+use super::ids::{Cookie, PeerId, RndvId};
+use super::rndv::SendState;
+use super::txq::AfterSend;
+use super::Core;
+use crate::wire::{self, Header, Kind};
+
+/// Data packets of one transfer in flight (or queued) at a time: enough to
+/// keep the pipe full, few enough that one large send does not take every
+/// bounce buffer and credit from the other peers.
+pub(super) const WINDOW: usize = 16;
+
+/// Sender's progress through the granted bytes.
+pub(super) struct MsgSend {
+    next_off: usize,
+    grant: usize,
+    chunk: usize,
+    slot: u32,
+    token: u64,
+}
+
+/// Receiver's record of the data packets that arrived.
+pub(super) struct MsgRecv {
+    chunk: usize,
+    got: usize,
+    /// One bit per data packet (a duplicate must not count twice).
+    seen: Vec<u64>,
+}
+
+impl Core {
+    /// Payload bytes per data packet between this rank and `peer`. The
+    /// peer's eager limit is the smaller of both ranks' limits, so both
+    /// sides compute the same number, and a data packet (whose header is
+    /// `EXT_LEN - BASE_LEN` bytes longer than an eager one) fits both
+    /// ranks' bounce buffers. 0: the buffers leave no room for data.
+    pub(super) fn data_chunk(&self, peer: PeerId) -> usize {
+        let p = &self.peers[peer.index()];
+        let chunk = self.rails[p.rail.index()].profile.chunk;
+        (p.eager_limit + wire::BASE_LEN)
+            .saturating_sub(wire::EXT_LEN)
+            .min(chunk)
+    }
+
+    /// The receiver grants the whole (clipped) message.
+    pub(super) fn grant_msg(&mut self, id: RndvId, out: &mut Out) {
+        let Some(r) = self.rndv_recv.get(id) else {
+            return;
+        };
+        let (peer, want, token, cookie) = (r.peer, r.want, r.tag_base, r.cookie);
+        let chunk = self.data_chunk(peer).max(1);
+        let r = self.rndv_recv.get_mut(id).expect("present");
+        r.msg = Some(MsgRecv {
+            chunk,
+            got: 0,
+            seen: vec![0; want.div_ceil(chunk).div_ceil(64)],
+        });
+        r.cts_sent = true;
+        let mut cts = self.header(Kind::Cts);
+        cts.flags |= wire::FLAG_RNDV_MSG;
+        cts.cookie = cookie.0;
+        cts.ctx = id.0;
+        cts.ext0 = token;
+        cts.ext1 = want as u64;
+        cts.len = chunk as u64;
+        self.send_ctrl(peer, &cts, out);
+        if want == 0 {
+            self.finish_rndv_recv(id, out);
+        }
+    }
+
+    /// The receiver granted the data: start sending packets.
+    pub(super) fn on_cts_msg(&mut self, peer: PeerId, hdr: &Header, out: &mut Out) {
+        let cookie = Cookie(hdr.cookie);
+        let ours = self.data_chunk(peer);
+        let Some(s) = self.rndv_send.get_mut(&cookie) else {
+            self.error("dropped a rendezvous grant for no pending send");
+            return;
+        };
+        if s.state != SendState::AwaitReply || s.peer != peer {
+            self.error("dropped a duplicate rendezvous grant");
+            return;
+        }
+        s.state = SendState::Sending;
+        let chunk = hdr.len as usize;
+        if chunk == 0 || chunk > ours {
+            self.count_error();
+            self.error(&format!(
+                "the receiver asked for data packets of {chunk} bytes; at most {ours} fit"
+            ));
+            self.abort_send(cookie, true, out);
+            self.finish_rndv_send(cookie, true, out);
+            return;
+        }
+        s.msg = Some(MsgSend {
+            next_off: 0,
+            grant: (hdr.ext1 as usize).min(s.buf.len()),
+            chunk,
+            slot: hdr.ctx,
+            token: hdr.ext0,
+        });
+        self.pump_data(cookie, out);
+    }
+
+    /// Sends data packets while the window allows; finishes the send when
+    /// nothing is left in flight and either everything went or it failed.
+    fn pump_data(&mut self, cookie: Cookie, out: &mut Out) {
+        loop {
+            let Some(s) = self.rndv_send.get_mut(&cookie) else {
+                return;
+            };
+            let Some(m) = s.msg.as_mut() else {
+                return;
+            };
+            if s.failed || m.next_off >= m.grant || s.outstanding >= WINDOW {
+                break;
+            }
+            let off = m.next_off;
+            let n = (m.grant - off).min(m.chunk);
+            m.next_off += n;
+            s.outstanding += 1;
+            let (peer, piece, slot, token) = (s.peer, s.buf.sub(off, n), m.slot, m.token);
+            let mut hdr = self.header(Kind::Data);
+            hdr.ctx = slot;
+            hdr.cookie = cookie.0;
+            hdr.len = n as u64;
+            hdr.ext0 = off as u64;
+            hdr.ext1 = token;
+            let rail = self.peers[peer.index()].rail;
+            let mut b = self.take_tx(rail, out);
+            let at = hdr.encode(&mut b.mem);
+            piece.read_into(&mut b.mem[at..]);
+            self.send_packet(peer, b, at + n, None, AfterSend::Data(cookie), out);
+        }
+        let Some(s) = self.rndv_send.get(&cookie) else {
+            return;
+        };
+        let all_sent = s.msg.as_ref().is_some_and(|m| m.next_off >= m.grant);
+        if s.outstanding == 0 && (s.failed || all_sent) {
+            let failed = s.failed;
+            self.finish_rndv_send(cookie, failed, out);
+        }
+    }
+
+    /// A data packet of the send `cookie` was reported.
+    pub(super) fn data_sent(&mut self, cookie: Cookie, failed: bool, out: &mut Out) {
+        let Some(s) = self.rndv_send.get_mut(&cookie) else {
+            return;
+        };
+        s.outstanding -= 1;
+        s.failed |= failed;
+        self.pump_data(cookie, out);
+    }
+
+    /// A data packet arrived: copy it into place.
+    pub(super) fn on_data(&mut self, peer: PeerId, hdr: &Header, payload: &[u8], out: &mut Out) {
+        let id = RndvId(hdr.ctx);
+        let Some(r) = self
+            .rndv_recv
+            .get_mut(id)
+            .filter(|r| r.peer == peer && r.tag_base == hdr.ext1 && !r.failed)
+        else {
+            // A duplicate of the last packet, or data of a transfer that
+            // failed meanwhile.
+            self.error("dropped a rendezvous data packet for no pending receive");
+            return;
+        };
+        let Some(m) = r.msg.as_mut() else {
+            self.error("dropped a rendezvous data packet for a transfer of another kind");
+            return;
+        };
+        let off = hdr.ext0 as usize;
+        let piece = off / m.chunk;
+        let fits = off.is_multiple_of(m.chunk)
+            && off < r.want
+            && payload.len() == (r.want - off).min(m.chunk);
+        if !fits {
+            let why = format!(
+                "rendezvous data of {} bytes at offset {off} does not fit a grant of {} \
+                 bytes in packets of {}; the receive fails",
+                payload.len(),
+                r.want,
+                m.chunk
+            );
+            self.count_error();
+            self.error(&why);
+            self.abort_recv(id, true, out);
+            self.finish_rndv_recv(id, out);
+            return;
+        }
+        let bit = 1u64 << (piece % 64);
+        if m.seen[piece / 64] & bit != 0 {
+            self.error("dropped a duplicate rendezvous data packet");
+            return;
+        }
+        m.seen[piece / 64] |= bit;
+        m.got += payload.len();
+        r.buf.sub(off, payload.len()).write(payload);
+        if m.got == r.want {
+            self.finish_rndv_recv(id, out);
+        }
+    }
+}
