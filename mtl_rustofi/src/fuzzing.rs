@@ -139,6 +139,12 @@ fn packet(s: &mut Script<'_>, pkt: &mut Vec<u8>, cookies: u64) {
     h.cookie = s.u64() % (cookies + 2);
     h.ext0 = s.u64();
     h.ext1 = s.u64();
+    if kind == Kind::Rts && h.flags & wire::FLAG_STRIPE != 0 {
+        // A striped RTS names at least one stripe (else it is rejected
+        // before it reaches the protocol); no script bytes are drawn, so
+        // the corpus keeps its meaning.
+        h.stripes.push(h.ext0.rotate_left(7), h.ext1 ^ 1);
+    }
     let payload = if kind == Kind::Eager {
         (s.u16() as usize) % (EAGER + 1)
     } else {
@@ -167,14 +173,17 @@ pub fn core_packets(data: &[u8]) {
         my_name: ME,
         coalesce: s.u8() & 1 != 0,
         fault: Fault::None,
-        stripe_min: 0,
+        // Every read rendezvous to the peer stripes over its one stripe.
+        stripe_min: 1,
     };
-    let mut core = Core::new(cfg, vec![profile(&mut s)], stats);
+    let prof = profile(&mut s);
+    let mut core = Core::new(cfg, vec![prof.clone(), prof], stats);
     let mut out = Out::new();
     core.start(&mut out);
     let rail = RailId(0);
     core.add_peer(ME, rail, FiAddr(0), EAGER);
     let peer: PeerId = core.add_peer(PEER, rail, FiAddr(1), EAGER);
+    core.add_stripe(peer, 0, RailId(1), FiAddr(1));
     // Operations handed to the "provider", reported later in script order.
     let mut pending: Vec<OpId> = Vec::new();
     let mut next_req = 0usize;
