@@ -47,7 +47,14 @@ typedef struct {
     const mca_base_var_enum_value_t *values; /* the first is the default */
     int value;                               /* storage Open MPI sets */
     int idx;                                 /* < 0: Open MPI refused the setting */
+    mca_base_var_enum_t *e;                  /* the enumerator, wrapped below */
+    mca_base_var_enum_vfs_fn_t value_from_string; /* Open MPI's own */
+    mca_base_var_enum_sfv_fn_t string_from_value; /* Open MPI's own */
+    char unknown[64];                        /* text that named no value */
 } rustofi_enum_param_t;
+
+/* Value of a parameter whose text names none of its values. */
+#define RUSTOFI_ENUM_UNKNOWN (-4242)
 
 static rustofi_enum_param_t enum_params[RUSTOFI_ENUM_COUNT] = {
     [RUSTOFI_ENUM_RNDV_PROTOCOL] = {
@@ -78,6 +85,51 @@ static rustofi_enum_param_t enum_params[RUSTOFI_ENUM_COUNT] = {
         OPAL_INFO_LVL_5, tagged_values},
 };
 
+static rustofi_enum_param_t *param_of(mca_base_var_enum_t *self)
+{
+    for (int i = 0; i < RUSTOFI_ENUM_COUNT; i++) {
+        if (enum_params[i].e == self) {
+            return &enum_params[i];
+        }
+    }
+    return NULL;
+}
+
+/* Open MPI would refuse a text that names no value with a message of its
+ * own (and, on 4.1, a runtime error log while forwarding it), then run the
+ * component with the default. Instead the text is kept and the component's
+ * own validation refuses it with one message naming the parameter and its
+ * values, and declines. */
+static int lenient_value_from_string(mca_base_var_enum_t *self, const char *text, int *value)
+{
+    rustofi_enum_param_t *p = param_of(self);
+    if (NULL == p) {
+        return OPAL_ERR_VALUE_OUT_OF_BOUNDS;
+    }
+    int ret = p->value_from_string(self, text, value);
+    if (OPAL_SUCCESS != ret) {
+        snprintf(p->unknown, sizeof(p->unknown), "%s", text);
+        *value = RUSTOFI_ENUM_UNKNOWN;
+        ret = OPAL_SUCCESS;
+    }
+    return ret;
+}
+
+static int lenient_string_from_value(mca_base_var_enum_t *self, const int value, char **text)
+{
+    rustofi_enum_param_t *p = param_of(self);
+    if (NULL == p) {
+        return OPAL_ERR_VALUE_OUT_OF_BOUNDS;
+    }
+    if (RUSTOFI_ENUM_UNKNOWN == value) {
+        if (NULL != text) {
+            *text = strdup(p->unknown);
+        }
+        return OPAL_SUCCESS;
+    }
+    return p->string_from_value(self, value, text);
+}
+
 static int register_enums(const mca_base_component_t *component)
 {
     for (int i = 0; i < RUSTOFI_ENUM_COUNT; i++) {
@@ -89,6 +141,11 @@ static int register_enums(const mca_base_component_t *component)
         if (OPAL_SUCCESS != ret) {
             return ret;
         }
+        p->e = e;
+        p->value_from_string = e->value_from_string;
+        p->string_from_value = e->string_from_value;
+        e->value_from_string = lenient_value_from_string;
+        e->string_from_value = lenient_string_from_value;
         p->value = p->values[0].value;
         p->idx = mca_base_component_var_register(component, p->name, p->help,
                                                  MCA_BASE_VAR_TYPE_INT, e, 0, 0, p->level,
@@ -108,6 +165,9 @@ const char *rustofi_enum_text(rustofi_enum_id_t which)
         snprintf(var, sizeof(var), "OMPI_MCA_mtl_rustofi_%s", p->name);
         const char *raw = getenv(var);
         return NULL != raw ? raw : "(invalid)";
+    }
+    if (RUSTOFI_ENUM_UNKNOWN == p->value) {
+        return p->unknown;
     }
     for (const mca_base_var_enum_value_t *v = p->values; NULL != v->string; v++) {
         if (v->value == p->value) {
