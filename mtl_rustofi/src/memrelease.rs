@@ -106,10 +106,25 @@ impl ReleaseRing {
         // Cleared first: a push racing with this drain sets it again.
         self.pending.store(false, Ordering::SeqCst);
         let mut head = self.head.load(Ordering::Relaxed);
+        let mut waits = 0u32;
         loop {
             let slot = &self.slots[head % RING_SLOTS];
             if slot.seq.load(Ordering::Acquire) != head.wrapping_add(1) {
-                break;
+                // Not published yet. If a producer has reserved it (the
+                // tail is past it), it publishes within a few instructions,
+                // and releases queued behind it must not be left for the
+                // next drain: a thread whose munmap returned may already
+                // look up a new buffer at the same address.
+                if self.tail.load(Ordering::Acquire) == head {
+                    break;
+                }
+                waits += 1;
+                if waits < 64 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+                continue;
             }
             let addr = slot.addr.load(Ordering::Relaxed) as usize;
             let len = slot.len.load(Ordering::Relaxed) as usize;

@@ -23,6 +23,9 @@ pub(crate) struct Nic {
     /// How far the NIC is from this process's CPUs ([`distance`]), or
     /// `None` when unknown (a virtual interface has no PCI device).
     pub distance: Option<u32>,
+    /// It sits on a PCI device (a virtual interface such as a container
+    /// bridge, a tunnel or a veth does not).
+    pub physical: bool,
 }
 
 /// The outcome: the NIC this rank uses and every NIC as near as it (the
@@ -100,7 +103,9 @@ pub(crate) fn pci_addr_in_path(path: &str) -> Option<String> {
 ///   are, case-insensitively); the pool is the named NICs, in the order
 ///   named. A loopback domain may be named.
 /// - Otherwise the pool is every NIC but loopback (loopback alone if it is
-///   all there is), in name order.
+///   all there is), in name order; where some of them sit on a PCI device,
+///   only those (a container bridge such as `docker0` carries the same
+///   address on every host and must never be chosen by default).
 /// - Within the pool, the nearest NICs by [`distance`] form the near set
 ///   when every distance is known; if any is unknown, all are equally
 ///   near. The rank takes the near set's entry at `local_rank` modulo its
@@ -113,6 +118,9 @@ pub(crate) fn choose(nics: &[Nic], wanted: &[String], local_rank: usize) -> Resu
         let mut real: Vec<usize> = (0..nics.len()).filter(|&i| !nics[i].loopback).collect();
         if real.is_empty() {
             real = (0..nics.len()).collect();
+        }
+        if real.iter().any(|&i| nics[i].physical) {
+            real.retain(|&i| nics[i].physical);
         }
         // By name: libfabric lists interfaces in the kernel's order, which
         // may differ between hosts; names give every host the same order.
@@ -176,7 +184,32 @@ mod tests {
             name: name.into(),
             loopback: name == "lo",
             distance,
+            physical: distance.is_some(),
         }
+    }
+
+    /// A virtual interface (no PCI device) beside a real NIC is not chosen
+    /// by default, whatever its name's order; named, it may be.
+    #[test]
+    fn virtual_interfaces_are_left_out_beside_real_nics() {
+        let mut docker = nic("docker0", None);
+        docker.physical = false;
+        let mut eth = nic("eth0", None);
+        eth.physical = true;
+        let nics = vec![docker, eth, nic("lo", None)];
+        for r in 0..4 {
+            let c = choose(&nics, &[], r).expect("a choice");
+            assert_eq!(nics[c.chosen].name, "eth0", "local rank {r}");
+            assert_eq!(c.near.len(), 1);
+        }
+        let c = choose(&nics, &list("docker0"), 0).expect("named");
+        assert_eq!(nics[c.chosen].name, "docker0");
+        // Only virtual interfaces (veths in namespaces): all of them.
+        let veths = vec![nic("eth0", None), nic("eth1", None)];
+        let picks: Vec<_> = (0..2)
+            .map(|r| veths[choose(&veths, &[], r).unwrap().chosen].name.clone())
+            .collect();
+        assert_eq!(picks, ["eth0", "eth1"]);
     }
 
     fn list(s: &str) -> Vec<String> {
@@ -250,8 +283,11 @@ mod tests {
         assert_eq!(choose(&nics, &[], 1).unwrap().chosen, 3);
         assert_eq!(choose(&nics, &[], 2).unwrap().chosen, 2);
         assert_eq!(choose(&nics, &[], 0).unwrap().near, vec![2, 3]);
-        // One unknown distance: all equally near.
-        let mixed = [nic("a", Some(0)), nic("b", None)];
+        // One unknown distance (a PCI device whose locality is not
+        // reported): all equally near.
+        let mut b = nic("b", None);
+        b.physical = true;
+        let mixed = [nic("a", Some(0)), b];
         assert_eq!(choose(&mixed, &[], 1).unwrap().chosen, 1);
     }
 

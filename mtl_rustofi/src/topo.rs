@@ -64,13 +64,16 @@ fn provider_nics(list: &InfoList, provider: &str) -> Vec<NicEntry> {
         if out.iter().any(|e| e.nic.name == name) {
             continue;
         }
-        let nic_cpus = pci_addr(&info, &name)
+        let pci = pci_addr(&info, &name);
+        let nic_cpus = pci
+            .as_ref()
             .and_then(|a| read_cpulist(&format!("/sys/bus/pci/devices/{a}/local_cpulist")))
             .unwrap_or_default();
         out.push(NicEntry {
             nic: Nic {
                 loopback: is_loopback(&name),
                 distance: nic::distance(&my_cpus, &nic_cpus),
+                physical: pci.is_some(),
                 name,
             },
             index,
