@@ -550,6 +550,29 @@ impl Core {
         }
     }
 
+    /// Sends the CTS that grants `want` bytes in pieces of `chunk` (the
+    /// send and message protocols; `cts` carries what is particular to
+    /// each); a grant of nothing ends the receive at once.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn send_grant(
+        &mut self,
+        id: RndvId,
+        peer: PeerId,
+        mut cts: Header,
+        cookie: Cookie,
+        want: usize,
+        chunk: usize,
+        out: &mut Out,
+    ) {
+        cts.cookie = cookie.0;
+        cts.ext1 = want as u64;
+        cts.len = chunk as u64;
+        self.send_ctrl(peer, &cts, out);
+        if want == 0 {
+            self.finish_rndv_recv(id, out);
+        }
+    }
+
     /// Ends a receive-side rendezvous: releases the buffer, tells the
     /// sender where it still waits, and completes the receive.
     pub(super) fn finish_rndv_recv(&mut self, id: RndvId, out: &mut Out) {

@@ -79,15 +79,9 @@ impl Core {
         r.cts_sent = true;
         let mut cts = self.header(Kind::Cts);
         cts.flags |= wire::FLAG_RNDV_MSG;
-        cts.cookie = cookie.0;
         cts.ctx = id.0;
         cts.ext0 = token;
-        cts.ext1 = want as u64;
-        cts.len = chunk as u64;
-        self.send_ctrl(peer, &cts, out);
-        if want == 0 {
-            self.finish_rndv_recv(id, out);
-        }
+        self.send_grant(id, peer, cts, cookie, want, chunk, out);
     }
 
     /// The receiver granted the data: start sending packets.
