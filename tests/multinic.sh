@@ -47,37 +47,9 @@ MIN_RATIO=1.7
 RUN_TIMEOUT=180
 MIB=$((1024 * 1024))
 
-failures=0
-tmp=""
-
-ok() { echo "ok   multinic $1"; }
-fail() {
-    echo "FAIL multinic $1: $2"
-    failures=$((failures + 1))
-}
-show_tail() {
-    echo "---- last 30 lines of output ($1) ----"
-    tail -n 30 "$2" | sed 's/^/    /'
-    echo "----"
-}
-
-teardown() {
-    local ns pids
-    for ns in "${HOSTS[@]}" "$BRIDGE_NS"; do
-        [ -e "/run/netns/$ns" ] || continue
-        pids=$(ip netns pids "$ns" 2>/dev/null || true)
-        if [ -n "$pids" ]; then
-            # shellcheck disable=SC2086
-            kill -KILL $pids 2>/dev/null || true
-        fi
-        ip netns del "$ns" 2>/dev/null || true
-    done
-}
-
-cleanup() {
-    teardown
-    [ -n "$tmp" ] && rm -rf "$tmp"
-}
+TEST_NAME=multinic
+# shellcheck source=tests/lib/netns.sh
+. "$ROOT/tests/lib/netns.sh"
 
 setup() {
     local i j h ifc

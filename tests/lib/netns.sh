@@ -1,0 +1,40 @@
+# Shared by the tests that build hosts from network namespaces
+# (tests/multihost.sh, tests/multinic.sh): result lines and the teardown of
+# the namespaces. The caller sets TEST_NAME, HOSTS (the host namespaces) and
+# BRIDGE_NS (the namespace holding the bridges) before sourcing it, and may
+# set tmp to a scratch directory that cleanup removes.
+# shellcheck shell=bash
+
+failures=0
+tmp=""
+
+ok() { echo "ok   $TEST_NAME $1"; }
+fail() {
+    echo "FAIL $TEST_NAME $1: $2"
+    failures=$((failures + 1))
+}
+show_tail() {
+    echo "---- last 30 lines of output ($1) ----"
+    tail -n 30 "$2" | sed 's/^/    /'
+    echo "----"
+}
+
+# Removes the namespaces, first stopping processes still running in them
+# (only processes of this test can be there).
+teardown() {
+    local ns pids
+    for ns in "${HOSTS[@]}" "$BRIDGE_NS"; do
+        [ -e "/run/netns/$ns" ] || continue
+        pids=$(ip netns pids "$ns" 2>/dev/null || true)
+        if [ -n "$pids" ]; then
+            # shellcheck disable=SC2086
+            kill -KILL $pids 2>/dev/null || true
+        fi
+        ip netns del "$ns" 2>/dev/null || true
+    done
+}
+
+cleanup() {
+    teardown
+    [ -n "$tmp" ] && rm -rf "$tmp"
+}
