@@ -414,7 +414,8 @@ impl Engine {
         format!(
             "rustofi: rank={rank} provider={} nic={} shm={} net_peers={} shm_peers={} sent_msgs={} \
              sent_bytes={} recv_msgs={} recv_bytes={} eager={} rndv={} unexpected={} errors={} \
-             coalesced={} mr_reg={} mr_hits={}",
+             coalesced={} mr_reg={} mr_hits={} net_tx_bytes={} net_rx_bytes={} shm_tx_bytes={} \
+             shm_rx_bytes={}",
             self.provider,
             self.nic,
             self.shm_provider().unwrap_or("off"),
@@ -431,6 +432,10 @@ impl Engine {
             g(&s.coalesced),
             g(&s.mr_reg),
             g(&s.mr_hits),
+            g(&s.net_tx_bytes),
+            g(&s.net_rx_bytes),
+            g(&s.shm_tx_bytes),
+            g(&s.shm_rx_bytes),
         )
     }
 }

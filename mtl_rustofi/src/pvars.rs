@@ -44,6 +44,10 @@ pub(crate) const PVARS: &[Pvar] = &[
     Pvar { name: c"coalesced", desc: c"Eager messages that shared a packet with an earlier one", class: Counter, read: |s| &s.coalesced },
     Pvar { name: c"mr_reg", desc: c"Registrations of user buffers made for rendezvous transfers", class: Counter, read: |s| &s.mr_reg },
     Pvar { name: c"mr_hits", desc: c"Rendezvous transfers served a cached registration", class: Counter, read: |s| &s.mr_hits },
+    Pvar { name: c"net_tx_bytes", desc: c"Bytes the network provider's rail sent (packets with their headers, rendezvous data)", class: Counter, read: |s| &s.net_tx_bytes },
+    Pvar { name: c"net_rx_bytes", desc: c"Bytes the network provider's rail received (packets that arrived, rendezvous data read or received)", class: Counter, read: |s| &s.net_rx_bytes },
+    Pvar { name: c"shm_tx_bytes", desc: c"Bytes the shm rail sent (packets with their headers, rendezvous data)", class: Counter, read: |s| &s.shm_tx_bytes },
+    Pvar { name: c"shm_rx_bytes", desc: c"Bytes the shm rail received (packets that arrived, rendezvous data read or received)", class: Counter, read: |s| &s.shm_rx_bytes },
     Pvar { name: c"net_peers", desc: c"Peers (this rank included) reached through the network provider", class: Level, read: |s| &s.net_peers },
     Pvar { name: c"shm_peers", desc: c"Peers (this rank included) reached through the shm rail", class: Level, read: |s| &s.shm_peers },
 ];

@@ -7,7 +7,8 @@
 # (`stats_line` in mtl_rustofi/src/engine.rs):
 #   rustofi: rank=R provider=P nic=D shm=S net_peers=N shm_peers=N sent_msgs=N
 #   sent_bytes=N recv_msgs=N recv_bytes=N eager=N rndv=N unexpected=N
-#   errors=N coalesced=N mr_reg=N mr_hits=N
+#   errors=N coalesced=N mr_reg=N mr_hits=N net_tx_bytes=N net_rx_bytes=N
+#   shm_tx_bytes=N shm_rx_bytes=N
 # on one line, as space-separated key=value fields. Other output of the
 # same rank may precede it on its line (in mpirun's combined output partial
 # writes of ranks interleave), so everything before the marker is ignored.

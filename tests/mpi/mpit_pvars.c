@@ -17,7 +17,10 @@
  * 3. The same rendezvous buffer again: where the first transfer registered
  *    it (rank 0's mr_reg rose, by at most one, with mr_hits), the second is
  *    served by the registration cache (mr_hits +1, mr_reg +0).
- * Every delta is exact except the high-water marks (at least).
+ *    Rank 1's rails (network and shm together) received at least every
+ *    byte of the three messages.
+ * Every delta is exact except the high-water marks and the rails' bytes
+ * (at least).
  */
 #include "common.h"
 
@@ -29,7 +32,8 @@
 enum {
     SENT_MSGS, SENT_BYTES, RECV_MSGS, RECV_BYTES, EAGER, RNDV, UNEXPECTED,
     UNEXPECTED_NOW, UNEXPECTED_PEAK, UNEXPECTED_BYTES_NOW, UNEXPECTED_BYTES_PEAK,
-    POSTED_NOW, POSTED_PEAK, ERRORS, COALESCED, MR_REG, MR_HITS, NVARS
+    POSTED_NOW, POSTED_PEAK, ERRORS, COALESCED, MR_REG, MR_HITS, NET_TX_BYTES, NET_RX_BYTES,
+    SHM_TX_BYTES, SHM_RX_BYTES, NVARS
 };
 
 static const struct {
@@ -54,6 +58,10 @@ static const struct {
     [COALESCED] = {"mtl_rustofi_coalesced", MPI_T_PVAR_CLASS_COUNTER},
     [MR_REG] = {"mtl_rustofi_mr_reg", MPI_T_PVAR_CLASS_COUNTER},
     [MR_HITS] = {"mtl_rustofi_mr_hits", MPI_T_PVAR_CLASS_COUNTER},
+    [NET_TX_BYTES] = {"mtl_rustofi_net_tx_bytes", MPI_T_PVAR_CLASS_COUNTER},
+    [NET_RX_BYTES] = {"mtl_rustofi_net_rx_bytes", MPI_T_PVAR_CLASS_COUNTER},
+    [SHM_TX_BYTES] = {"mtl_rustofi_shm_tx_bytes", MPI_T_PVAR_CLASS_COUNTER},
+    [SHM_RX_BYTES] = {"mtl_rustofi_shm_rx_bytes", MPI_T_PVAR_CLASS_COUNTER},
 };
 
 static MPI_T_pvar_session session;
@@ -214,6 +222,11 @@ int main(int argc, char **argv)
         expect(a, c, RECV_MSGS, N_POSTED);
         expect(a, c, RECV_BYTES, RNDV_LEN + (N_POSTED - 1) * EAGER_LEN);
         expect(a, c, ERRORS, 0);
+        /* Every byte came in through one of the rails (headers on top). */
+        unsigned long long rails_rx = (c[NET_RX_BYTES] - a[NET_RX_BYTES])
+                                      + (c[SHM_RX_BYTES] - a[SHM_RX_BYTES]);
+        CHECK(rails_rx >= (unsigned long long) (RNDV_LEN + (N_POSTED - 1) * EAGER_LEN),
+              "rails received %llu bytes for %d", rails_rx, RNDV_LEN + (N_POSTED - 1) * EAGER_LEN);
         MPI_CHECK(MPI_Recv(big, RNDV_LEN, MPI_BYTE, 0, 103, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
         CHECK(check_pattern(big, RNDV_LEN, 7) == (size_t) -1, "second rendezvous payload");
     }

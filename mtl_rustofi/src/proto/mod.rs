@@ -121,6 +121,13 @@ pub(crate) struct Stats {
     pub(crate) shm_peers: AtomicU64,
     /// Eager messages that shared a packet with an earlier one.
     pub(crate) coalesced: AtomicU64,
+    /// Bytes each kind of rail moved: packets (headers included) and
+    /// rendezvous data, sent (`tx`) and received (`rx`: packets that
+    /// arrived, reads and tagged receives that completed).
+    pub(crate) net_tx_bytes: AtomicU64,
+    pub(crate) net_rx_bytes: AtomicU64,
+    pub(crate) shm_tx_bytes: AtomicU64,
+    pub(crate) shm_rx_bytes: AtomicU64,
     /// Messages in the unexpected queue, and their payload bytes (a
     /// rendezvous counts its whole announced length).
     pub(crate) unexpected_now: Level,
@@ -168,6 +175,13 @@ impl Level {
 impl Stats {
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
+    }
+
+    /// Adds to a counter that only the progress-token holder changes: a
+    /// plain load and store, no locked instruction on the data path.
+    #[inline]
+    pub(crate) fn bump(counter: &AtomicU64, n: u64) {
+        counter.store(counter.load(Relaxed).wrapping_add(n), Relaxed);
     }
 
     pub(crate) fn get(counter: &AtomicU64) -> u64 {
@@ -363,6 +377,19 @@ impl Core {
 
     fn error(&self, msg: &str) {
         crate::log::error(msg);
+    }
+
+    /// Counts bytes a rail moved (see [`Stats::net_tx_bytes`]).
+    #[inline]
+    fn count_rail_bytes(&self, rail: RailId, tx: bool, n: usize) {
+        let s = &self.stats;
+        let c = match (self.rails[rail.index()].profile.kind, tx) {
+            (RailKind::Shm, true) => &s.shm_tx_bytes,
+            (RailKind::Shm, false) => &s.shm_rx_bytes,
+            (_, true) => &s.net_tx_bytes,
+            (_, false) => &s.net_rx_bytes,
+        };
+        Stats::bump(c, n as u64);
     }
 
     fn count_error(&self) {

@@ -150,6 +150,7 @@ impl Core {
         if !r.rx_failing.is_empty() {
             r.rx_failing.remove(&slot);
         }
+        self.count_rail_bytes(rail, false, pkt.len());
         self.handle_packet(pkt, out);
         self.repost_rx(rail, slot, out);
     }

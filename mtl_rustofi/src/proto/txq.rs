@@ -393,6 +393,16 @@ impl Core {
             return;
         };
         self.rails[op.rail().index()].inflight -= op.takes_credit() as usize;
+        match &op {
+            Op::Packet(p) => {
+                let n = p.len + p.payload.map_or(0, |u| u.len());
+                self.count_rail_bytes(p.rail, true, n);
+            }
+            Op::Chunk(c) => {
+                let tx = c.kind == ChunkKind::TaggedSend;
+                self.count_rail_bytes(c.rail, tx, c.local.len);
+            }
+        }
         match op {
             Op::Packet(p) => {
                 let then = p.then;
