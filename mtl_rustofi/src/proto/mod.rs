@@ -256,7 +256,13 @@ pub(crate) struct Core {
     /// valid (`None`: every rendezvous registers its buffer anew).
     mr_cache: Option<usermr::Cached>,
     stats: Arc<Stats>,
+    /// While the rendezvous of a lost peer are aborted: their chunks by
+    /// owner (`abort::index_chunks_of`).
+    chunk_index: Option<(PeerId, ChunkIndex)>,
 }
+
+/// Chunks by rendezvous: operation id and rail index.
+type ChunkIndex = HashMap<txq::ChunkOwner, Vec<(OpId, usize)>>;
 
 /// Why a command was refused at once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -299,6 +305,7 @@ impl Core {
             retired: Vec::new(),
             mr_cache: None,
             stats,
+            chunk_index: None,
         }
     }
 

@@ -606,6 +606,7 @@ impl Core {
     /// Fails every rendezvous with a lost peer (now, or when its last
     /// chunk is reported).
     pub(super) fn rndv_fail_peer(&mut self, peer: PeerId, out: &mut Out) {
+        self.index_chunks_of(peer);
         let sends: Vec<Cookie> = self
             .rndv_send
             .iter()
@@ -629,5 +630,6 @@ impl Core {
                 self.finish_rndv_recv(id, out);
             }
         }
+        self.drop_chunk_index();
     }
 }

@@ -78,7 +78,7 @@ pub(super) enum ChunkKind {
     TaggedRecv,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum ChunkOwner {
     Recv(RndvId),
     Send(Cookie),
