@@ -8,6 +8,12 @@
 failures=0
 tmp=""
 
+# The namespace and bridge names are fixed, so two such tests (or two
+# checkouts running their suites) on one machine would tear down each
+# other's hosts: each waits here for the one before it to finish.
+exec 9>/run/lock/rustofi-netns.lock
+flock 9
+
 ok() { echo "ok   $TEST_NAME $1"; }
 fail() {
     echo "FAIL $TEST_NAME $1: $2"
