@@ -61,6 +61,9 @@ pub(crate) struct Settings {
     pub coalesce: bool,
     /// Most unused registrations of user buffers kept for reuse (0: none).
     pub mr_cache: usize,
+    /// Operations waiting on a peer that died fail within this time
+    /// (`None`: peers are never probed).
+    pub peer_timeout: Option<std::time::Duration>,
     /// The user named this component (`--mca mtl rustofi`) or set its
     /// provider list: software providers may then be used.
     pub explicit: bool,
@@ -94,6 +97,7 @@ pub(crate) struct RawParams<'a> {
     pub coalesce: i64,
     pub mr_cache_size: i64,
     pub priority: i64,
+    pub peer_timeout: i64,
     pub named: bool,
     /// The text of numeric values as the user wrote them, where known
     /// (from the environment): read exactly rather than as Open MPI's
@@ -172,6 +176,7 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     let verbose = num("verbose", p.verbose)?;
     let coalesce = num("coalesce", p.coalesce)?;
     let mr_cache_size = num("mr_cache_size", p.mr_cache_size)?;
+    let peer_timeout = num("peer_timeout", p.peer_timeout)?;
     let rndv = match p.rndv_protocol.unwrap_or("auto").trim() {
         "" | "auto" => RndvProtocol::Auto,
         "read" => RndvProtocol::Read,
@@ -237,6 +242,8 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         shm,
         coalesce: coalesce == 1,
         mr_cache: mr_cache_size as usize,
+        peer_timeout: (peer_timeout > 0)
+            .then(|| std::time::Duration::from_secs(peer_timeout as u64)),
         explicit: p.named || p.include_set,
         one_host: false,
     })
@@ -376,6 +383,7 @@ mod tests {
             coalesce: 1,
             mr_cache_size: 64,
             priority: 25,
+            peer_timeout: 30,
             chunk: 1 << 26,
             rx_buffers: 256,
             ..Default::default()

@@ -50,7 +50,18 @@ struct State {
     driver: Driver,
     core: Core,
     out: Out,
+    clock: Clock,
 }
+
+/// The liveness clock: read once every `CLOCK_EVERY` progress rounds (a
+/// waiting caller drives millions a second), when probing is on.
+struct Clock {
+    start: Instant,
+    rounds: u32,
+    on: bool,
+}
+
+const CLOCK_EVERY: u32 = 64;
 
 pub(crate) struct Engine {
     handoff: Handoff<State, Cmd>,
@@ -97,6 +108,7 @@ impl Engine {
             stripe_min: 0,
         };
         let mut core = Core::new(cfg, profiles.clone(), stats.clone());
+        core.set_peer_timeout(settings.peer_timeout);
         let mut out = Out::new();
         driver.start(&mut core, &mut out)?;
         let names = driver.names()?;
@@ -112,7 +124,11 @@ impl Engine {
                 addr,
             })
             .collect();
-        let modex = wire::PeerInfo { rails }.encode();
+        let modex = wire::PeerInfo {
+            rails,
+            pid: std::process::id(),
+        }
+        .encode();
         let net = &profiles[0];
         Ok(Engine {
             provider: net.provider.clone(),
@@ -131,7 +147,16 @@ impl Engine {
                 .iter()
                 .find(|p| p.kind == RailKind::Shm)
                 .map(|p| p.provider.clone()),
-            handoff: Handoff::new(State { driver, core, out }),
+            handoff: Handoff::new(State {
+                driver,
+                core,
+                out,
+                clock: Clock {
+                    start: Instant::now(),
+                    rounds: 0,
+                    on: settings.peer_timeout.is_some(),
+                },
+            }),
             settings,
             stats,
             modex,
@@ -274,6 +299,7 @@ impl Engine {
     pub(crate) unsafe fn irecv(
         &self,
         sel: Selector,
+        from: Option<PeerId>,
         buf: *mut u8,
         cap: usize,
         req: ReqPtr,
@@ -282,7 +308,18 @@ impl Engine {
         // SAFETY: per the function contract.
         let buf = unsafe { UserBuf::new(buf, cap) };
         // SAFETY: per the function contract.
-        unsafe { self.start(req, Op::Recv { sel, buf, req }, out) }
+        unsafe {
+            self.start(
+                req,
+                Op::Recv {
+                    sel,
+                    from,
+                    buf,
+                    req,
+                },
+                out,
+            )
+        }
     }
 
     /// Receives a message taken by `improbe`.
@@ -326,10 +363,18 @@ impl Engine {
     pub(crate) fn iprobe(
         &self,
         sel: Selector,
+        from: Option<PeerId>,
         out: &mut Vec<Completion>,
     ) -> Result<Option<ProbeInfo>, EngineError> {
-        let mut cmd = Cmd::new(Op::Probe { sel, remove: false });
+        let mut cmd = Cmd::new(Op::Probe {
+            sel,
+            from,
+            remove: false,
+        });
         self.submit_and_wait(&mut cmd, out)?;
+        if let Some(why) = cmd.failed {
+            return Err(EngineError(why));
+        }
         Ok(cmd.found.map(|(info, _)| info))
     }
 
@@ -338,10 +383,18 @@ impl Engine {
     pub(crate) fn improbe(
         &self,
         sel: Selector,
+        from: Option<PeerId>,
         out: &mut Vec<Completion>,
     ) -> Result<Option<(ProbeInfo, MessageHandle)>, EngineError> {
-        let mut cmd = Cmd::new(Op::Probe { sel, remove: true });
+        let mut cmd = Cmd::new(Op::Probe {
+            sel,
+            from,
+            remove: true,
+        });
         self.submit_and_wait(&mut cmd, out)?;
+        if let Some(why) = cmd.failed {
+            return Err(EngineError(why));
+        }
         Ok(cmd.found.and_then(|(info, h)| h.map(|h| (info, h))))
     }
 
@@ -458,6 +511,12 @@ fn take_events(out: &mut Vec<Completion>, events: &mut Vec<Completion>) {
 /// when something completed (credits freed, queued operations can go).
 fn progress(st: &mut State) -> usize {
     st.core.tick(&mut st.out);
+    if st.clock.on {
+        st.clock.rounds = st.clock.rounds.wrapping_add(1);
+        if st.clock.rounds % CLOCK_EVERY == 0 {
+            st.core.tick_liveness(st.clock.start.elapsed(), &mut st.out);
+        }
+    }
     if !st.out.actions.is_empty() {
         st.driver.execute(&mut st.core, &mut st.out);
     }
@@ -517,8 +576,13 @@ fn apply(st: &mut State, cmd: *mut Cmd) {
                 });
             }
         }
-        Op::Recv { sel, buf, req } => {
-            if let Some(id) = core.recv(sel, buf, req.id(), out) {
+        Op::Recv {
+            sel,
+            from,
+            buf,
+            req,
+        } => {
+            if let Some(id) = core.recv(sel, from, buf, req.id(), out) {
                 // SAFETY: initialised by irecv; token held.
                 unsafe { req.set_post_id(id) };
             }
@@ -551,16 +615,20 @@ fn apply(st: &mut State, cmd: *mut Cmd) {
                 (*cmd).done.store(true, Ordering::Release);
             }
         }
-        Op::Probe { sel, remove } => {
+        Op::Probe { sel, from, remove } => {
             let found = if remove {
-                core.mprobe(&sel, out)
-                    .map(|(info, id)| (info, Some(MessageHandle::from_id(id))))
+                core.mprobe(&sel, from, out)
+                    .map(|f| f.map(|(info, id)| (info, Some(MessageHandle::from_id(id)))))
             } else {
-                core.probe(&sel, out).map(|info| (info, None))
+                core.probe(&sel, from, out)
+                    .map(|f| f.map(|info| (info, None)))
             };
             // SAFETY: the waiting caller reads the result after `done`.
             unsafe {
-                (*cmd).found = found;
+                match found {
+                    Ok(found) => (*cmd).found = found,
+                    Err(e) => (*cmd).failed = Some(e.0),
+                }
                 (*cmd).done.store(true, Ordering::Release);
             }
         }
@@ -588,6 +656,9 @@ fn add_peer(st: &mut State, name: u64, modex: &[u8], local: bool) -> Result<usiz
     let p = st
         .core
         .add_peer(name, rail, addr, remote.max_eager as usize);
+    if local && info.pid != 0 {
+        st.core.set_peer_pid(p, info.pid);
+    }
     Ok(p.handle())
 }
 

@@ -207,7 +207,7 @@ pub fn core_packets(data: &[u8]) {
                 };
                 let buf = bufs.user(s.u16() as usize % 4096);
                 next_req += 1;
-                let _ = core.recv(sel, buf, ReqId(next_req), &mut out);
+                let _ = core.recv(sel, None, buf, ReqId(next_req), &mut out);
             }
             1 => {
                 let len = s.u16() as usize % 4096;
@@ -279,7 +279,10 @@ pub fn core_packets(data: &[u8]) {
                     key += 1;
                     core.on_registered(mr, Ok(key), &mut out);
                 }
-                Action::PostRecv { .. } | Action::Deregister { .. } | Action::Cancel { .. } => {}
+                Action::PostRecv { .. }
+                | Action::Deregister { .. }
+                | Action::Cancel { .. }
+                | Action::CheckAlive { .. } => {}
             }
         }
         out.actions.clear();
@@ -385,6 +388,7 @@ mod tests {
                 max_eager: 8192,
                 addr: vec![1, 2, 3],
             }],
+            pid: 1,
         };
         peer_info(&p.encode());
     }

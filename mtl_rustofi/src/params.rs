@@ -46,6 +46,10 @@ pub(crate) const NUMERIC: &[NumericParam] = &[
     param("rx_buffers", 8, 65536, ""),
     param("coalesce", 0, 1, ""),
     param("mr_cache_size", 0, 65536, ""),
+    NumericParam {
+        special: Some((0, "to wait for ever")),
+        ..param("peer_timeout", 1, 86400, "seconds")
+    },
 ];
 
 /// The entry of parameter `name`.

@@ -82,6 +82,10 @@ pub(crate) enum Kind {
     SyncAck = 5,
     /// Sender → receiver: a piece of a message rendezvous's data.
     Data = 6,
+    /// Liveness probe to a peer something waits on (header only).
+    Ping = 7,
+    /// The answer to a `Ping` (header only).
+    Pong = 8,
 }
 
 impl Kind {
@@ -93,6 +97,8 @@ impl Kind {
             4 => Kind::Fin,
             5 => Kind::SyncAck,
             6 => Kind::Data,
+            7 => Kind::Ping,
+            8 => Kind::Pong,
             _ => return None,
         })
     }
@@ -316,7 +322,7 @@ impl Header {
             }
             Kind::Data => (EXT_LEN as u64).checked_add(h.len),
             Kind::Rts | Kind::Cts => Some(EXT_LEN as u64),
-            Kind::Fin | Kind::SyncAck => Some(BASE_LEN as u64),
+            Kind::Fin | Kind::SyncAck | Kind::Ping | Kind::Pong => Some(BASE_LEN as u64),
         };
         if want != Some(pkt.len() as u64) {
             return Err(DecodeError::LengthMismatch {
@@ -370,9 +376,13 @@ pub(crate) struct RailAddr {
 /// | 4     | max eager payload, little endian       |
 /// | 2     | name length n, little endian           |
 /// | n     | libfabric endpoint name                |
+/// | 4     | process id, little endian (after the endpoints) |
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PeerInfo {
     pub rails: Vec<RailAddr>,
+    /// The publishing process's id: a same-host peer's death is seen by
+    /// asking the kernel whether it still exists.
+    pub pid: u32,
 }
 
 const PEER_INFO_TAG: [u8; 4] = [b'R', b'O', b'F', VERSION];
@@ -390,6 +400,7 @@ impl PeerInfo {
             v.extend_from_slice(&(r.addr.len() as u16).to_le_bytes());
             v.extend_from_slice(&r.addr);
         }
+        v.extend_from_slice(&self.pid.to_le_bytes());
         v
     }
 
@@ -430,13 +441,18 @@ impl PeerInfo {
                 addr: addr.to_vec(),
             });
         }
+        let pid = b
+            .get(at..at + 4)
+            .ok_or_else(|| bad("truncated process id"))?;
+        let pid = u32::from_le_bytes(pid.try_into().expect("4 bytes"));
+        at += 4;
         if at != b.len() {
             return Err(bad("trailing bytes"));
         }
         if rails.first().map(|r| r.kind) != Some(RailKind::Net) {
             return Err(bad("the first endpoint is not the network endpoint"));
         }
-        Ok(PeerInfo { rails })
+        Ok(PeerInfo { rails, pid })
     }
 
     /// The address of the given kind, if published.
@@ -464,6 +480,7 @@ mod tests {
                     addr: b"fi_shm://1234".to_vec(),
                 },
             ],
+            pid: 4321,
         };
         let enc = p.encode();
         assert_eq!(PeerInfo::decode(&enc), Ok(p.clone()));
@@ -490,6 +507,7 @@ mod tests {
         assert!(PeerInfo::decode(&bad).unwrap_err().contains("kind"));
         let shm_only = PeerInfo {
             rails: vec![p.rails[1].clone()],
+            pid: 1,
         };
         assert!(PeerInfo::decode(&shm_only.encode()).is_err());
     }

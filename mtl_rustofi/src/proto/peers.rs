@@ -98,7 +98,8 @@ impl Core {
     }
 
     /// The peer can no longer be reached: every request that waits for it
-    /// fails now, or when its last operation in flight is reported.
+    /// (receives posted for exactly this source included) fails now, or
+    /// when its last operation in flight is reported.
     pub(crate) fn peer_lost(&mut self, peer: PeerId, out: &mut Out) {
         let Some(p) = self.peers.get_mut(peer.index()) else {
             return;
@@ -140,6 +141,7 @@ impl Core {
             }
         }
         self.rndv_fail_peer(peer, out);
+        self.fail_posted_of(peer, out);
     }
 
     /// A packet arrived in receive buffer `slot` of `rail`; the buffer is
@@ -194,6 +196,7 @@ impl Core {
             ));
             return;
         };
+        self.heard_from(peer);
         match hdr.kind {
             Kind::Eager | Kind::Rts => {
                 let payload = &msg[hdr.wire_len()..];
@@ -222,6 +225,8 @@ impl Core {
             Kind::Cts if has(&hdr, wire::FLAG_RNDV_MSG) => self.on_cts_msg(peer, &hdr, out),
             Kind::Cts => self.on_cts(peer, &hdr, out),
             Kind::Data => self.on_data(peer, &hdr, &msg[hdr.wire_len()..], out),
+            Kind::Ping => self.on_ping(peer, out),
+            Kind::Pong => {}
         }
     }
 

@@ -311,6 +311,9 @@ impl World {
                     // A message rendezvous's data packet is its chunk.
                     self.maybe_die_on_chunk(n, to);
                 }
+                if kind == Some(crate::wire::Kind::Ping) {
+                    self.pings += 1;
+                }
                 let inj = self.ask(n, r, PostKind::Send, Some(op), None, kind);
                 let fails = self.nodes[n].fails.get(&op).copied().unwrap_or(0);
                 // A recovering provider: random failures stop before the
@@ -621,6 +624,7 @@ impl World {
                 let res = if fail { Err(-12) } else { Ok(key) };
                 self.nodes[n].core.on_registered(mr, res, out);
             }
+            Action::CheckAlive { peer, .. } => self.check_alive(n, peer, out),
             Action::Cancel { op, rail } => {
                 // Like a provider: a tagged receive still waiting for its
                 // message is taken back and reports its cancellation; any

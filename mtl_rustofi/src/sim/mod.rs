@@ -23,6 +23,8 @@ mod checks;
 mod defects;
 mod driver;
 mod fabric;
+mod livecases;
+mod liveness;
 mod memreuse;
 mod mrcases;
 mod msg_cases;

@@ -114,6 +114,14 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
             want("deaths in the middle of a rendezvous", c.deaths_mid_rndv);
         }
         want("receives cancelled at the end", c.cancelled_at_end);
+        want("deaths found by liveness probes alone", c.unannounced);
+        want(
+            "receives failed as their source is gone",
+            c.recv_unreachable,
+        );
+    }
+    if matches!(fault, "none" | "death") {
+        want("liveness probes", c.pings);
     }
     if rails.profiles.iter().any(|p| p.inject_size > 0) {
         want("injected packets", c.injected);

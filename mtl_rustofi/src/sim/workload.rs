@@ -96,6 +96,19 @@ pub(crate) struct Plan {
     pub(crate) allow_unmatched: bool,
     /// The core's own fault injection (MCA `fault_inject`), per node.
     pub(crate) core_faults: Vec<(usize, crate::config::Fault)>,
+    /// Liveness probing with this peer timeout (ns) on every node.
+    pub(crate) peer_timeout: Option<u64>,
+    /// A node that does not progress (busy outside MPI) for a while.
+    pub(crate) busy: Option<Busy>,
+}
+
+/// Node `node` handles none of its events from `from` to `until` (ns): a
+/// process busy outside MPI, whose transport still takes packets.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Busy {
+    pub(crate) node: usize,
+    pub(crate) from: u64,
+    pub(crate) until: u64,
 }
 
 /// Byte `i` of message `id`: the first eight bytes hold the id, the rest a
@@ -281,6 +294,18 @@ impl Plan {
                 Cmd::Probe(Selector { ctx, src, tag }),
             ));
         }
+        // Liveness probes find a dead peer on their own: in half of the
+        // deaths no one is told of it (the runtime keeps quiet), and in
+        // runs without failures they must never give a live peer up.
+        // (Drawn last, so that the rest of a seed's plan is unchanged.)
+        if (faults.death || !faults.any_failure()) && rng.chance(500) {
+            plan.peer_timeout = Some(rng.range(8_000, 80_000));
+            if let Some(d) = &mut plan.death {
+                if rng.chance(500) {
+                    d.lost_after = u64::MAX;
+                }
+            }
+        }
         plan
     }
 
@@ -401,6 +426,8 @@ impl Plan {
             death: None,
             allow_unmatched: false,
             core_faults: Vec::new(),
+            peer_timeout: None,
+            busy: None,
         }
     }
 }

@@ -1,0 +1,257 @@
+//! Peer liveness: a peer whose process has died, or that the provider
+//! reports unreachable, is given up ([`Core::peer_lost`]) so that nothing
+//! waits for it for ever.
+//!
+//! Evidence comes from the transport, never from silence alone: a peer
+//! busy outside MPI for minutes does not progress and so answers nothing,
+//! yet must not be failed. Only towards peers that something waits on (a
+//! rendezvous in either role, a synchronous send, a receive or probe
+//! posted for that source) and that have been silent for a probe
+//! interval, the core sends a `Ping`:
+//! - the `Ping` is a plain packet that is never injected, so a provider
+//!   that knows the peer's process is gone (a reset connection on
+//!   `tcp;ofi_rxm`, a retransmit limit on `udp;ofi_rxd`) reports its send
+//!   as failed, and the packet failure policy gives the peer up;
+//! - for a same-host peer (its process id came with its address) the
+//!   driver asks the kernel whether the process still exists
+//!   ([`Action::CheckAlive`]) and reports [`Core::peer_gone`] if not.
+//!
+//! The peer's progress answers with a `Pong`; anything heard from a peer
+//! makes it recent, which only saves probes. Time comes in as a value
+//! ([`Core::tick_liveness`]), so the simulator runs this on its own clock.
+
+use super::action::{Action, Event, Out, Status};
+use super::ids::PeerId;
+use super::Core;
+use crate::matching::{PostId, Selector, Source, Tag};
+use crate::wire::Kind;
+use std::time::Duration;
+
+/// Fewest receives kept per peer before the list is pruned of matched
+/// ones.
+const PRUNE_MIN: usize = 64;
+
+/// What the core tracks of one peer's liveness.
+#[derive(Default)]
+struct PeerLive {
+    /// A message arrived since the last round.
+    heard: bool,
+    /// When something was last heard from it (or when it was first seen).
+    last_heard: Duration,
+    /// A `Ping` is handed over and not yet reported.
+    ping_out: bool,
+    /// A probe for this source ran since the last round.
+    probed: bool,
+    /// Its process id, for a peer on this host.
+    pid: Option<u32>,
+    /// Receives posted for exactly this source (some may have matched
+    /// since; pruned as the list grows): the post ticket and the source
+    /// rank and tag a failure reports.
+    posted: Vec<(PostId, i32, i32)>,
+    prune_at: usize,
+}
+
+/// Liveness state of the core.
+#[derive(Default)]
+pub(super) struct Liveness {
+    /// Probe interval; `None`: never probe (`peer_timeout` 0).
+    every: Option<Duration>,
+    next_round: Duration,
+    peers: Vec<PeerLive>,
+}
+
+impl Liveness {
+    fn peer(&mut self, peer: PeerId) -> &mut PeerLive {
+        let i = peer.index();
+        if self.peers.len() <= i {
+            self.peers.resize_with(i + 1, PeerLive::default);
+        }
+        &mut self.peers[i]
+    }
+}
+
+/// The probe interval for a peer timeout: a quarter of it, so that a dead
+/// peer's probe has failed (and been resent and failed again) well within
+/// the timeout.
+pub(crate) fn probe_interval(timeout: Duration) -> Duration {
+    timeout / 4
+}
+
+impl Core {
+    /// Turns liveness probing on (`Some(peer_timeout)`) or off.
+    pub(crate) fn set_peer_timeout(&mut self, timeout: Option<Duration>) {
+        self.live.every = timeout.filter(|t| !t.is_zero()).map(probe_interval);
+    }
+
+    /// Records a same-host peer's process id.
+    pub(crate) fn set_peer_pid(&mut self, peer: PeerId, pid: u32) {
+        self.live.peer(peer).pid = Some(pid);
+    }
+
+    /// Something arrived from `peer`.
+    #[inline]
+    pub(super) fn heard_from(&mut self, peer: PeerId) {
+        if let Some(l) = self.live.peers.get_mut(peer.index()) {
+            l.heard = true;
+        }
+    }
+
+    /// The driver found a peer's process gone (or its address unusable).
+    pub(crate) fn peer_gone(&mut self, peer: PeerId, why: &str, out: &mut Out) {
+        if self.peers.get(peer.index()).is_some_and(|p| !p.lost) {
+            self.error(&format!("peer {}: {why}", peer.0));
+        }
+        self.peer_lost(peer, out);
+    }
+
+    /// A receive for exactly `peer` went into the posted queue. Fails it
+    /// at once if the peer is lost already.
+    pub(super) fn note_posted(&mut self, peer: PeerId, id: PostId, sel: &Selector, out: &mut Out) {
+        let (src, tag) = source_tag(sel);
+        if self.peers[peer.index()].lost {
+            self.fail_posted(id, src, tag, out);
+            return;
+        }
+        let matcher = &self.matcher;
+        let l = self.live.peer(peer);
+        l.posted.push((id, src, tag));
+        if l.posted.len() >= l.prune_at.max(PRUNE_MIN) {
+            l.posted.retain(|&(id, _, _)| matcher.is_posted(id));
+            l.prune_at = 2 * l.posted.len();
+        }
+    }
+
+    /// A probe for exactly `peer` found nothing: an error if the peer is
+    /// lost (nothing more will come from it), else the peer is watched.
+    pub(super) fn note_probed(&mut self, peer: PeerId) -> Result<(), super::CoreError> {
+        if self.peers[peer.index()].lost {
+            return Err(super::CoreError(format!(
+                "probe for peer {} which can no longer be reached",
+                peer.0
+            )));
+        }
+        self.live.peer(peer).probed = true;
+        Ok(())
+    }
+
+    /// Fails every receive posted for exactly this (lost) peer.
+    pub(super) fn fail_posted_of(&mut self, peer: PeerId, out: &mut Out) {
+        let Some(l) = self.live.peers.get_mut(peer.index()) else {
+            return;
+        };
+        for (id, src, tag) in std::mem::take(&mut l.posted) {
+            self.fail_posted(id, src, tag, out);
+        }
+    }
+
+    fn fail_posted(&mut self, id: PostId, src: i32, tag: i32, out: &mut Out) {
+        if let Some(p) = self.matcher.cancel(id) {
+            self.stats.posted_now.down(1);
+            out.events.push(Event::Recv {
+                req: p.req,
+                src,
+                tag,
+                bytes: 0,
+                status: Status::Unreachable,
+            });
+        }
+    }
+
+    /// A `Ping` arrived: answer it.
+    pub(super) fn on_ping(&mut self, peer: PeerId, out: &mut Out) {
+        if !self.peers[peer.index()].lost {
+            let pong = self.header(Kind::Pong);
+            self.send_ctrl(peer, &pong, out);
+        }
+    }
+
+    /// A `Ping` to `peer` was sent (its failure gives the peer up through
+    /// the packet failure policy instead).
+    pub(super) fn ping_done(&mut self, peer: PeerId) {
+        self.live.peer(peer).ping_out = false;
+    }
+
+    /// A liveness round, at most once per probe interval: every peer that
+    /// something waits on and that has been silent for an interval gets a
+    /// `Ping` (one at a time) and, on this host, a process check.
+    pub(crate) fn tick_liveness(&mut self, now: Duration, out: &mut Out) {
+        let Some(every) = self.live.every else {
+            return;
+        };
+        if now < self.live.next_round {
+            return;
+        }
+        let first = self.live.next_round.is_zero();
+        self.live.next_round = now + every;
+        let n = self.peers.len();
+        if self.live.peers.len() < n {
+            let start = self.live.peers.len();
+            self.live.peers.resize_with(n, PeerLive::default);
+            for l in &mut self.live.peers[start..] {
+                l.last_heard = now;
+            }
+        }
+        if first {
+            for l in &mut self.live.peers {
+                l.last_heard = now;
+            }
+        }
+        let waited = self.waited_peers();
+        for (i, &waited) in waited.iter().enumerate() {
+            let peer = PeerId(i as u32);
+            let l = &mut self.live.peers[i];
+            if std::mem::take(&mut l.heard) {
+                l.last_heard = now;
+            }
+            let probed = std::mem::take(&mut l.probed);
+            if !(waited || probed) || self.peers[i].lost || now.saturating_sub(l.last_heard) < every
+            {
+                continue;
+            }
+            if let Some(pid) = l.pid {
+                out.actions.push(Action::CheckAlive { peer, pid });
+            }
+            if !l.ping_out {
+                l.ping_out = true;
+                tracing::debug!(peer = peer.0, "liveness probe");
+                let ping = self.header(Kind::Ping);
+                self.send_ping(peer, &ping, out);
+            }
+        }
+    }
+
+    /// Which peers something waits on (index = peer).
+    fn waited_peers(&mut self) -> Vec<bool> {
+        let mut w = vec![false; self.peers.len()];
+        for s in self.rndv_send.values() {
+            w[s.peer.index()] = true;
+        }
+        for (_, r) in self.rndv_recv.iter() {
+            w[r.peer.index()] = true;
+        }
+        for &(_, p) in self.sync_wait.values() {
+            w[p.index()] = true;
+        }
+        let matcher = &self.matcher;
+        for (i, l) in self.live.peers.iter_mut().enumerate() {
+            if !l.posted.is_empty() {
+                l.posted.retain(|&(id, _, _)| matcher.is_posted(id));
+                w[i] |= !l.posted.is_empty();
+            }
+        }
+        w
+    }
+}
+
+/// The source rank and tag a failed receive reports.
+fn source_tag(sel: &Selector) -> (i32, i32) {
+    let src = match sel.src {
+        Source::Rank(r) => r,
+        Source::Any => crate::matching::ANY,
+    };
+    let tag = match sel.tag {
+        Tag::Value(t) => t,
+        _ => crate::matching::ANY,
+    };
+    (src, tag)
+}
