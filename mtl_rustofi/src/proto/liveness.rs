@@ -220,6 +220,12 @@ impl Core {
         }
     }
 
+    /// Whether a peer was given up.
+    #[cfg(test)]
+    pub(crate) fn peer_is_lost(&self, peer: PeerId) -> bool {
+        self.peers[peer.index()].lost
+    }
+
     /// Which peers something waits on (index = peer).
     fn waited_peers(&mut self) -> Vec<bool> {
         let mut w = vec![false; self.peers.len()];
