@@ -513,7 +513,7 @@ fn progress(st: &mut State) -> usize {
     st.core.tick(&mut st.out);
     if st.clock.on {
         st.clock.rounds = st.clock.rounds.wrapping_add(1);
-        if st.clock.rounds % CLOCK_EVERY == 0 {
+        if st.clock.rounds.is_multiple_of(CLOCK_EVERY) {
             st.core.tick_liveness(st.clock.start.elapsed(), &mut st.out);
         }
     }
