@@ -21,7 +21,8 @@
 //! ([`Core::tick_liveness`]), so the simulator runs this on its own clock.
 
 use super::action::{Action, Event, Out, Status};
-use super::ids::PeerId;
+use super::ids::{Cookie, PeerId, RndvId};
+use hashbrown::HashSet;
 use super::Core;
 use crate::matching::{PostId, Selector, Source, Tag};
 use crate::wire::Kind;
@@ -57,7 +58,16 @@ pub(super) struct Liveness {
     /// Probe interval; `None`: never probe (`peer_timeout` 0).
     every: Option<Duration>,
     next_round: Duration,
+    /// Rounds so far.
+    round: u64,
     peers: Vec<PeerLive>,
+    /// Peers given up, with the round they were given up in: their
+    /// rendezvous still waiting for the provider's reports are answered
+    /// two rounds later (see [`Core::abandon_rndv_of`]).
+    lost: Vec<(PeerId, u64)>,
+    /// Rendezvous whose MPI request was answered already.
+    answered_recv: HashSet<RndvId>,
+    answered_send: HashSet<Cookie>,
 }
 
 impl Liveness {
@@ -157,6 +167,65 @@ impl Core {
         }
     }
 
+    /// A peer was given up (see [`Core::abandon_rndv_of`]).
+    pub(super) fn note_lost(&mut self, peer: PeerId) {
+        if self.live.every.is_some() {
+            let round = self.live.round;
+            self.live.lost.push((peer, round));
+        }
+    }
+
+    /// Whether a receive rendezvous's request was answered already (and
+    /// forgets it: the rendezvous is ending).
+    pub(super) fn answered_recv(&mut self, id: RndvId) -> bool {
+        self.live.answered_recv.remove(&id)
+    }
+
+    /// Likewise for a send rendezvous.
+    pub(super) fn answered_send(&mut self, cookie: Cookie) -> bool {
+        self.live.answered_send.remove(&cookie)
+    }
+
+    /// Rendezvous with a peer given up two rounds ago that still wait for
+    /// the provider to report their cancelled transfers: their requests
+    /// fail now. Some providers never report such a transfer (shm in
+    /// libfabric 1.17 reports a read from an exited process as an error
+    /// without its context), and a request must not wait for ever. The
+    /// rendezvous itself stays, with its registrations, until the reports
+    /// come, so its ids are not reused under a late report; a transfer from
+    /// a process that has exited moves no data any more.
+    fn abandon_rndv_of(&mut self, peer: PeerId, out: &mut Out) {
+        let mut n = 0;
+        for (id, r) in self.rndv_recv.iter() {
+            if r.peer == peer && self.live.answered_recv.insert(id) {
+                n += 1;
+                out.events.push(Event::Recv {
+                    req: r.req,
+                    src: r.env.src,
+                    tag: r.env.tag,
+                    bytes: 0,
+                    status: Status::Failed,
+                });
+            }
+        }
+        for (&c, s) in self.rndv_send.iter() {
+            if s.peer == peer && self.live.answered_send.insert(c) {
+                n += 1;
+                out.events.push(Event::Send {
+                    req: s.req,
+                    status: Status::Failed,
+                });
+            }
+        }
+        if n > 0 {
+            self.error(&format!(
+                "peer {}: {n} rendezvous failed without the provider's report of their \
+                 cancelled transfers",
+                peer.0
+            ));
+        }
+    }
+
     /// A `Ping` arrived: answer it.
     pub(super) fn on_ping(&mut self, peer: PeerId, out: &mut Out) {
         if !self.peers[peer.index()].lost {
@@ -183,6 +252,21 @@ impl Core {
         }
         let first = self.live.next_round.is_zero();
         self.live.next_round = now + every;
+        self.live.round += 1;
+        let round = self.live.round;
+        let due: Vec<PeerId> = self
+            .live
+            .lost
+            .iter()
+            .filter(|&&(_, at)| round >= at + 2)
+            .map(|&(p, _)| p)
+            .collect();
+        if !due.is_empty() {
+            self.live.lost.retain(|&(_, at)| round < at + 2);
+            for peer in due {
+                self.abandon_rndv_of(peer, out);
+            }
+        }
         let n = self.peers.len();
         if self.live.peers.len() < n {
             let start = self.live.peers.len();

@@ -142,6 +142,7 @@ impl Core {
         }
         self.rndv_fail_peer(peer, out);
         self.fail_posted_of(peer, out);
+        self.note_lost(peer);
     }
 
     /// A packet arrived in receive buffer `slot` of `rail`; the buffer is
