@@ -12,6 +12,15 @@
 //!   that knows the peer's process is gone (a reset connection on
 //!   `tcp;ofi_rxm`, a retransmit limit on `udp;ofi_rxd`) reports its send
 //!   as failed, and the packet failure policy gives the peer up;
+//! - on a provider whose sends complete without the peer's software (its
+//!   kernel or device acknowledges: tcp;ofi_rxm, efa, shm; not
+//!   udp;ofi_rxd, whose acknowledgements come from the peer's progress), a
+//!   `Ping` still not sent after half the timeout to a peer heard from
+//!   before (so connected: accepting a new connection may take the peer's
+//!   own progress) and silent for as long, failed at the transport (a
+//!   connected peer's kernel takes it in microseconds, busy or not):
+//!   tcp;ofi_rxm keeps such a send queued while its reconnection attempts
+//!   to an exited process are refused, and reports nothing;
 //! - for a same-host peer (its process id came with its address) the
 //!   driver asks the kernel whether the process still exists
 //!   ([`Action::CheckAlive`]) and reports [`Core::peer_gone`] if not.
@@ -22,10 +31,10 @@
 
 use super::action::{Action, Event, Out, Status};
 use super::ids::{Cookie, PeerId, RndvId};
-use hashbrown::HashSet;
 use super::Core;
 use crate::matching::{PostId, Selector, Source, Tag};
 use crate::wire::Kind;
+use hashbrown::HashSet;
 use std::time::Duration;
 
 /// Fewest receives kept per peer before the list is pruned of matched
@@ -37,10 +46,15 @@ const PRUNE_MIN: usize = 64;
 struct PeerLive {
     /// A message arrived since the last round.
     heard: bool,
+    /// Something arrived from it at some time: a connection to it exists
+    /// (a new one may need the peer's own progress to be accepted).
+    ever_heard: bool,
     /// When something was last heard from it (or when it was first seen).
     last_heard: Duration,
     /// A `Ping` is handed over and not yet reported.
     ping_out: bool,
+    /// When that `Ping` was handed over.
+    ping_at: Duration,
     /// A probe for this source ran since the last round.
     probed: bool,
     /// Its process id, for a peer on this host.
@@ -57,6 +71,8 @@ struct PeerLive {
 pub(super) struct Liveness {
     /// Probe interval; `None`: never probe (`peer_timeout` 0).
     every: Option<Duration>,
+    /// The peer timeout (a `Ping` not sent after half of it failed).
+    timeout: Duration,
     next_round: Duration,
     /// Rounds so far.
     round: u64,
@@ -91,6 +107,7 @@ impl Core {
     /// Turns liveness probing on (`Some(peer_timeout)`) or off.
     pub(crate) fn set_peer_timeout(&mut self, timeout: Option<Duration>) {
         self.live.every = timeout.filter(|t| !t.is_zero()).map(probe_interval);
+        self.live.timeout = timeout.unwrap_or_default();
     }
 
     /// Records a same-host peer's process id.
@@ -281,11 +298,14 @@ impl Core {
             }
         }
         let waited = self.waited_peers();
+        let timeout = self.live.timeout;
         for (i, &waited) in waited.iter().enumerate() {
             let peer = PeerId(i as u32);
+            let acked = completes_without_peer(&self.rails[self.peers[i].rail.index()].profile);
             let l = &mut self.live.peers[i];
             if std::mem::take(&mut l.heard) {
                 l.last_heard = now;
+                l.ever_heard = true;
             }
             let probed = std::mem::take(&mut l.probed);
             if !(waited || probed) || self.peers[i].lost || now.saturating_sub(l.last_heard) < every
@@ -297,9 +317,20 @@ impl Core {
             }
             if !l.ping_out {
                 l.ping_out = true;
+                l.ping_at = now;
                 tracing::debug!(peer = peer.0, "liveness probe");
                 let ping = self.header(Kind::Ping);
                 self.send_ping(peer, &ping, out);
+            } else if acked
+                && l.ever_heard
+                && now.saturating_sub(l.ping_at) >= timeout / 2
+                && now.saturating_sub(l.last_heard) >= timeout / 2
+            {
+                self.peer_gone(
+                    peer,
+                    "a liveness probe could not be delivered within the peer timeout",
+                    out,
+                );
             }
         }
     }
@@ -331,6 +362,15 @@ impl Core {
         }
         w
     }
+}
+
+/// Whether the rail's sends complete without the peer's software (the
+/// peer's kernel or device acknowledges them), so that one not completed
+/// within the peer timeout failed at the transport. Not so for
+/// udp;ofi_rxd: its acknowledgements come from the peer's progress, which
+/// a peer busy outside MPI does not make.
+fn completes_without_peer(p: &super::RailProfile) -> bool {
+    !p.provider.contains("rxd")
 }
 
 /// The source rank and tag a failed receive reports.

@@ -13,6 +13,10 @@
  *   probe      rank 1 kills itself; rank 0's MPI_Probe for it fails
  *   busy       rank 1 sleeps SECONDS outside MPI, then sends: rank 0's
  *              MPI_Recv from it must succeed (a busy peer is not dead)
+ *   silent     rank 1 prints "READY <pid>" and waits outside MPI for the
+ *              caller to cut its host's link and kill it; rank 0's MPI_Recv
+ *              from it reports what happens (the time is the measurement;
+ *              either outcome passes)
  * After that rank 2 sends a message that rank 0 receives with
  * MPI_ANY_SOURCE. Rank 0 prints "RESULT <mode> error|ok <seconds>" for the
  * operation on rank 1, then "PASS peer_death" when all went as expected.
@@ -63,7 +67,14 @@ int main(int argc, char **argv)
         die("out of memory");
     }
     int busy = 0 == strcmp(mode, "busy");
-    /* Every pair has talked once, so connections exist before the death. */
+    /* Every pair talks once, so connections exist before the death. */
+    for (int peer = 0; peer < size; peer++) {
+        if (peer != rank) {
+            char out = 1, in = 0;
+            MPI_Sendrecv(&out, 1, MPI_CHAR, peer, 1, &in, 1, MPI_CHAR, peer, 1, MPI_COMM_WORLD,
+                         MPI_STATUS_IGNORE);
+        }
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     if (1 == rank) {
         if (0 == strcmp(mode, "rndv_send")) {
@@ -85,6 +96,12 @@ int main(int argc, char **argv)
             printf("rank 1 sent after %d s outside MPI\n", secs);
             fflush(stdout);
             _exit(0);
+        } else if (0 == strcmp(mode, "silent")) {
+            printf("READY %d\n", (int) getpid());
+            fflush(stdout);
+            for (;;) {
+                pause();
+            }
         } else if (strcmp(mode, "eager_recv") && strcmp(mode, "probe")) {
             die("unknown mode");
         }
@@ -119,6 +136,11 @@ int main(int argc, char **argv)
     double took = now() - t0;
     printf("RESULT %s %s %.2f\n", mode, MPI_SUCCESS == rc ? "ok" : "error", took);
     fflush(stdout);
+    if (0 == strcmp(mode, "silent")) {
+        printf("PASS peer_death\n");
+        fflush(stdout);
+        _exit(0);
+    }
     if ((MPI_SUCCESS == rc) != busy) {
         die(busy ? "the receive from a busy peer failed"
                  : "the operation on a dead peer did not fail");
