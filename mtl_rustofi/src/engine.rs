@@ -511,16 +511,20 @@ fn take_events(out: &mut Vec<Completion>, events: &mut Vec<Completion>) {
 /// when something completed (credits freed, queued operations can go).
 fn progress(st: &mut State) -> usize {
     st.core.tick(&mut st.out);
-    if st.clock.on {
-        st.clock.rounds = st.clock.rounds.wrapping_add(1);
-        if st.clock.rounds.is_multiple_of(CLOCK_EVERY) {
-            st.core.tick_liveness(st.clock.start.elapsed(), &mut st.out);
-        }
-    }
     if !st.out.actions.is_empty() {
         st.driver.execute(&mut st.core, &mut st.out);
     }
     let n = st.driver.poll(&mut st.core, &mut st.out);
+    // After the poll: what arrived counts before peers are judged.
+    if st.clock.on {
+        st.clock.rounds = st.clock.rounds.wrapping_add(1);
+        if st.clock.rounds.is_multiple_of(CLOCK_EVERY) {
+            st.core.tick_liveness(st.clock.start.elapsed(), &mut st.out);
+            if !st.out.actions.is_empty() {
+                st.driver.execute(&mut st.core, &mut st.out);
+            }
+        }
+    }
     if n > 0 {
         st.core.tick(&mut st.out);
         if !st.out.actions.is_empty() {

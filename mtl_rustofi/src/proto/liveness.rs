@@ -17,8 +17,10 @@
 //!   udp;ofi_rxd, whose acknowledgements come from the peer's progress), a
 //!   `Ping` still not sent after half the timeout to a peer heard from
 //!   before (so connected: accepting a new connection may take the peer's
-//!   own progress) and silent for as long, failed at the transport (a
-//!   connected peer's kernel takes it in microseconds, busy or not):
+//!   own progress), silent for as long, and sent less than `BACKLOG`
+//!   bytes since (more may fill its socket buffers while it is busy, and
+//!   the `Ping` waits behind them), failed at the transport (a connected
+//!   peer's kernel otherwise takes it in microseconds, busy or not):
 //!   tcp;ofi_rxm keeps such a send queued while its reconnection attempts
 //!   to an exited process are refused, and reports nothing;
 //! - for a same-host peer (its process id came with its address) the
@@ -41,6 +43,16 @@ use std::time::Duration;
 /// ones.
 const PRUNE_MIN: usize = 64;
 
+/// Bytes sent to a silent peer beyond which an unsent `Ping` proves
+/// nothing: they may fill its socket buffers (a busy peer does not read
+/// them), and the `Ping` waits behind them. Well below the smallest
+/// buffers of a TCP connection (16 KiB sending plus 128 KiB receiving).
+const BACKLOG: u64 = 64 * 1024;
+
+/// Rounds after a peer is given up before its rendezvous stop waiting for
+/// the provider's reports: at least four whole intervals, one timeout.
+const ABANDON_ROUNDS: u64 = 5;
+
 /// What the core tracks of one peer's liveness.
 #[derive(Default)]
 struct PeerLive {
@@ -55,6 +67,8 @@ struct PeerLive {
     ping_out: bool,
     /// When that `Ping` was handed over.
     ping_at: Duration,
+    /// The peer's `tx_bytes` when it was last heard from.
+    tx_at_heard: u64,
     /// A probe for this source ran since the last round.
     probed: bool,
     /// Its process id, for a peer on this host.
@@ -79,7 +93,7 @@ pub(super) struct Liveness {
     peers: Vec<PeerLive>,
     /// Peers given up, with the round they were given up in: their
     /// rendezvous still waiting for the provider's reports are answered
-    /// two rounds later (see [`Core::abandon_rndv_of`]).
+    /// a whole timeout later (see [`Core::abandon_rndv_of`]).
     lost: Vec<(PeerId, u64)>,
     /// Rendezvous whose MPI request was answered already.
     answered_recv: HashSet<RndvId>,
@@ -203,9 +217,9 @@ impl Core {
         self.live.answered_send.remove(&cookie)
     }
 
-    /// Rendezvous with a peer given up two rounds ago that still wait for
-    /// the provider to report their cancelled transfers: their requests
-    /// fail now. Some providers never report such a transfer (shm in
+    /// Rendezvous with a peer given up a whole timeout ago (the probe
+    /// interval is a quarter of it) that still wait for the provider to
+    /// report their cancelled transfers: their requests fail now. Some providers never report such a transfer (shm in
     /// libfabric 1.17 reports a read from an exited process as an error
     /// without its context), and a request must not wait for ever. The
     /// rendezvous itself stays, with its registrations, until the reports
@@ -267,7 +281,11 @@ impl Core {
         if now < self.live.next_round {
             return;
         }
-        let first = self.live.next_round.is_zero();
+        // The first round, or the first after this process was away from
+        // MPI (busy outside it) for longer than two intervals: what it
+        // saw of its peers is stale (their messages and its probes'
+        // completions wait unread), so every clock starts again.
+        let first = self.live.next_round.is_zero() || now > self.live.next_round + every;
         self.live.next_round = now + every;
         self.live.round += 1;
         let round = self.live.round;
@@ -275,11 +293,13 @@ impl Core {
             .live
             .lost
             .iter()
-            .filter(|&&(_, at)| round >= at + 2)
+            .filter(|&&(_, at)| round >= at + ABANDON_ROUNDS)
             .map(|&(p, _)| p)
             .collect();
         if !due.is_empty() {
-            self.live.lost.retain(|&(_, at)| round < at + 2);
+            self.live
+                .lost
+                .retain(|&(_, at)| round < at + ABANDON_ROUNDS);
             for peer in due {
                 self.abandon_rndv_of(peer, out);
             }
@@ -295,6 +315,7 @@ impl Core {
         if first {
             for l in &mut self.live.peers {
                 l.last_heard = now;
+                l.ping_at = now;
             }
         }
         let waited = self.waited_peers();
@@ -306,6 +327,7 @@ impl Core {
             if std::mem::take(&mut l.heard) {
                 l.last_heard = now;
                 l.ever_heard = true;
+                l.tx_at_heard = self.peers[i].tx_bytes;
             }
             let probed = std::mem::take(&mut l.probed);
             if !(waited || probed) || self.peers[i].lost || now.saturating_sub(l.last_heard) < every
@@ -323,6 +345,7 @@ impl Core {
                 self.send_ping(peer, &ping, out);
             } else if acked
                 && l.ever_heard
+                && self.peers[i].tx_bytes.wrapping_sub(l.tx_at_heard) < BACKLOG
                 && now.saturating_sub(l.ping_at) >= timeout / 2
                 && now.saturating_sub(l.last_heard) >= timeout / 2
             {
@@ -333,6 +356,19 @@ impl Core {
                 );
             }
         }
+    }
+
+    /// Whether request `req` of a rendezvous was answered before the
+    /// provider reported its transfers (see [`Core::abandon_rndv_of`]).
+    #[cfg(test)]
+    pub(crate) fn answered_early(&self, req: super::ids::ReqId) -> bool {
+        self.rndv_recv
+            .iter()
+            .any(|(id, r)| r.req == req && self.live.answered_recv.contains(&id))
+            || self
+                .rndv_send
+                .iter()
+                .any(|(c, s)| s.req == req && self.live.answered_send.contains(c))
     }
 
     /// Whether a peer was given up.

@@ -27,6 +27,9 @@ pub(super) struct Peer {
     pub(super) stripes: Vec<(RailId, FiAddr)>,
     /// Packets to this peer handed over (or queued) and not yet reported.
     pub(super) inflight: u32,
+    /// Packet bytes handed over for it so far (liveness: how much may
+    /// wait unread in its transport).
+    pub(super) tx_bytes: u64,
     /// Eager messages being coalesced into one packet.
     pub(super) bundle: Option<Bundle>,
     /// Never send an eager packet larger than the peer's buffers.
@@ -71,6 +74,7 @@ impl Core {
             addr,
             stripes: Vec::new(),
             inflight: 0,
+            tx_bytes: 0,
             bundle: None,
             eager_limit: r.profile.eager_limit.min(max_eager),
             tx_seq: 0,

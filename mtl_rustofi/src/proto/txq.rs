@@ -553,6 +553,9 @@ impl Core {
     ) {
         let p = &mut self.peers[peer.index()];
         p.inflight += 1;
+        p.tx_bytes = p
+            .tx_bytes
+            .wrapping_add((len + payload.map_or(0, |u| u.len())) as u64);
         let rail = p.rail;
         let id = self.ops.insert(Op::Packet(Packet {
             rail,

@@ -390,7 +390,12 @@ impl World {
                         },
                     );
                 }
-                let d = self.completion_delay();
+                let mut d = self.completion_delay();
+                if !self.nodes[to].alive {
+                    // A provider that retries a refused connection keeps
+                    // the send (tcp;ofi_rxm) until its endpoint closes.
+                    d += self.plan.held_to_dead;
+                }
                 self.schedule(
                     d,
                     Ev::Complete {

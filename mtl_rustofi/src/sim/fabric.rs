@@ -344,6 +344,8 @@ pub(crate) struct World {
     pub(crate) busy_deferred: usize,
     /// Liveness probes sent.
     pub(crate) pings: usize,
+    /// When the first request failed (ns).
+    pub(crate) first_failure: Option<u64>,
 }
 
 /// FNV-1a, to notice memory that changed under a posted operation.
@@ -493,6 +495,7 @@ impl World {
             alive_checks: 0,
             busy_deferred: 0,
             pings: 0,
+            first_failure: None,
         }
     }
 

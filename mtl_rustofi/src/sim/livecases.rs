@@ -15,8 +15,11 @@ use super::rng::Rng;
 use super::workload::{Busy, Cmd, ConsumerKind, Death, MsgSpec, Plan, CTX_ANY_SOURCE};
 use crate::proto::Status;
 
-/// Peer timeout of these cases (ns): probes every quarter of it.
-const TIMEOUT: u64 = 20_000;
+/// Peer timeout of these cases (ns): probes every quarter of it. Four
+/// times the slowest simulated completion (a transport that takes longer
+/// than half the timeout to take a packet from a live, connected peer is
+/// taken for a dead one).
+const TIMEOUT: u64 = 400_000;
 
 const PROFILES: [&str; 4] = ["efa", "tcp-rxm", "efa-send", "shm"];
 const FAULTS: [&str; 4] = ["none", "eagain", "slow", "dup"];
@@ -30,7 +33,15 @@ enum Fate {
     DiesMidRndv,
     /// Busy outside MPI for many probe intervals from the start.
     Busy,
+    /// Dies at `HELD_DEATH` ns, after its first messages; sends to it
+    /// report their failure only 1000 timeouts later (a provider that
+    /// retries a refused connection).
+    DiesHeld,
 }
+
+/// When node 1 dies in [`Fate::DiesHeld`] (ns): after its first message
+/// arrived, however slowly.
+const HELD_DEATH: u64 = TIMEOUT;
 
 /// Plays `specs` on `profile` under `fault`: receives posted at once,
 /// sends from 100 ns on in list order, except that sends listed in
@@ -67,13 +78,16 @@ fn run(
     }
     plan.peer_timeout = Some(TIMEOUT);
     match fate {
-        Fate::DiesEarly | Fate::DiesMidRndv => {
+        Fate::DiesEarly | Fate::DiesMidRndv | Fate::DiesHeld => {
+            if matches!(fate, Fate::DiesHeld) {
+                plan.held_to_dead = 1000 * TIMEOUT;
+            }
             plan.death = Some(Death {
                 node: 1,
-                at: if matches!(fate, Fate::DiesEarly) {
-                    50
-                } else {
-                    200 * TIMEOUT
+                at: match fate {
+                    Fate::DiesEarly => 50,
+                    Fate::DiesHeld => HELD_DEATH,
+                    _ => 200 * TIMEOUT,
                 },
                 lost_after: u64::MAX,
                 on_first_chunk: matches!(fate, Fate::DiesMidRndv),
@@ -264,4 +278,41 @@ fn sim_liveness_busy_peer_is_not_failed() {
             "{what}: node 1 given up"
         );
     });
+}
+
+/// Node 1 talks to node 0, then dies; node 0 waits for a second message
+/// from it. Sends to the dead node stay unreported for 1000 timeouts (as
+/// tcp;ofi_rxm keeps a send while reconnection is refused): where sends
+/// complete without the peer's software (efa, tcp;ofi_rxm) the probe
+/// still unsent after half a timeout gives the peer up within about a
+/// timeout; on udp;ofi_rxd, whose sends wait for the peer's progress, only
+/// the provider's own report does.
+#[test]
+fn sim_liveness_unsent_probe_gives_a_connected_peer_up() {
+    for profile in ["efa", "tcp-rxm", "udp-rxd"] {
+        for fault in FAULTS {
+            let specs = vec![msg(1, 0, 0, 10, false), msg(1, 0, 1, 10, false)];
+            let w = run(profile, fault, specs, &[1], false, Fate::DiesHeld);
+            let what = format!("{profile}/{fault}");
+            assert_eq!(
+                recv_status(&w, 0),
+                Some(Status::Ok),
+                "{what}: first message"
+            );
+            assert_eq!(
+                recv_status(&w, 1),
+                Some(Status::Unreachable),
+                "{what}: second"
+            );
+            let at = w.first_failure.expect("a failure") - HELD_DEATH;
+            if profile == "udp-rxd" {
+                assert!(
+                    at >= 1000 * TIMEOUT,
+                    "{what}: failed after {at} ns, before rxd said so"
+                );
+            } else {
+                assert!(at <= 2 * TIMEOUT, "{what}: failed {at} ns after the death");
+            }
+        }
+    }
 }

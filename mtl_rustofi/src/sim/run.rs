@@ -4,7 +4,7 @@
 use super::fabric::{slot, Ev, Req, ReqKind, SlotState, World};
 use super::workload::{pattern, Buf, Cmd, ConsumerKind, CANARY, POISON};
 use crate::proto::ids::{RailId, ReqId};
-use crate::proto::{Event, Out, SendArgs};
+use crate::proto::{Event, Out, SendArgs, Status};
 use crate::usermem::Region;
 
 impl World {
@@ -525,6 +525,11 @@ impl World {
     /// batch were executed).
     pub(crate) fn record(&mut self, n: usize, events: Vec<Event>) {
         for e in events {
+            if let Event::Recv { status, .. } | Event::Send { status, .. } = e {
+                if matches!(status, Status::Failed | Status::Unreachable) {
+                    self.first_failure.get_or_insert(self.now);
+                }
+            }
             let req = match e {
                 Event::Recv { req, .. } | Event::Send { req, .. } | Event::Cancelled { req } => req,
             };
@@ -563,7 +568,10 @@ impl World {
                 addr: r.buf.addr(),
                 len: r.buf.len(),
             };
-            if region.len > 0 {
+            // A rendezvous with a peer given up long ago answers its
+            // request without waiting for its transfers' reports (the
+            // peer is dead: they move nothing).
+            if region.len > 0 && !self.nodes[n].core.answered_early(req) {
                 // A registration the cache keeps between transfers may
                 // outlive the request; one a transfer still uses may not.
                 let node = &self.nodes[n];

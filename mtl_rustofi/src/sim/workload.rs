@@ -100,6 +100,9 @@ pub(crate) struct Plan {
     pub(crate) peer_timeout: Option<u64>,
     /// A node that does not progress (busy outside MPI) for a while.
     pub(crate) busy: Option<Busy>,
+    /// Sends to a dead node report their failure only this much later
+    /// (ns; 0: at once).
+    pub(crate) held_to_dead: u64,
 }
 
 /// Node `node` handles none of its events from `from` to `until` (ns): a
@@ -428,6 +431,7 @@ impl Plan {
             core_faults: Vec::new(),
             peer_timeout: None,
             busy: None,
+            held_to_dead: 0,
         }
     }
 }
