@@ -583,6 +583,10 @@ static bool mem_hooks_start(void)
     return mem_hooks_registered;
 }
 
+/* Unregistering does not wait for a callback already running in another
+ * thread (Open MPI drops its lock around each call): the component is
+ * linked -z nodelete (build/link.sh), so that callback's code stays mapped
+ * after dlclose, and what it pushes on is never freed. */
 static void mem_hooks_stop(void)
 {
     if (mem_hooks_registered) {
