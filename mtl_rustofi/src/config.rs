@@ -61,6 +61,11 @@ pub(crate) struct Settings {
     pub coalesce: bool,
     /// Most unused registrations of user buffers kept for reuse (0: none).
     pub mr_cache: usize,
+    /// Most NICs a large read rendezvous spreads over, the rank's own
+    /// included (`None`: every NIC as near as its own; 1: no striping).
+    pub stripe: Option<usize>,
+    /// Read rendezvous of at least this many bytes stripe.
+    pub stripe_min: usize,
     /// Operations waiting on a peer that died fail within this time
     /// (`None`: peers are never probed).
     pub peer_timeout: Option<std::time::Duration>,
@@ -96,6 +101,8 @@ pub(crate) struct RawParams<'a> {
     pub shm: Option<&'a str>,
     pub coalesce: i64,
     pub mr_cache_size: i64,
+    pub stripe: i64,
+    pub stripe_min: i64,
     pub priority: i64,
     pub peer_timeout: i64,
     pub named: bool,
@@ -176,6 +183,8 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     let verbose = num("verbose", p.verbose)?;
     let coalesce = num("coalesce", p.coalesce)?;
     let mr_cache_size = num("mr_cache_size", p.mr_cache_size)?;
+    let stripe = num("stripe", p.stripe)?;
+    let stripe_min = num("stripe_min", p.stripe_min)?;
     let peer_timeout = num("peer_timeout", p.peer_timeout)?;
     let rndv = match p.rndv_protocol.unwrap_or("auto").trim() {
         "" | "auto" => RndvProtocol::Auto,
@@ -242,6 +251,8 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         shm,
         coalesce: coalesce == 1,
         mr_cache: mr_cache_size as usize,
+        stripe: (stripe != 0).then_some(stripe as usize),
+        stripe_min: stripe_min as usize,
         peer_timeout: (peer_timeout > 0)
             .then(|| std::time::Duration::from_secs(peer_timeout as u64)),
         explicit: p.named || p.include_set,
@@ -382,6 +393,7 @@ mod tests {
             eager_limit: EAGER_AUTO,
             coalesce: 1,
             mr_cache_size: 64,
+            stripe_min: 1 << 20,
             priority: 25,
             peer_timeout: 30,
             chunk: 1 << 26,

@@ -47,6 +47,11 @@ pub(crate) const NUMERIC: &[NumericParam] = &[
     param("coalesce", 0, 1, ""),
     param("mr_cache_size", 0, 65536, ""),
     NumericParam {
+        special: Some((0, "for every NIC as near as the rank's own")),
+        ..param("stripe", 1, crate::wire::MAX_STRIPES as i64 + 1, "NICs")
+    },
+    param("stripe_min", 4096, 1 << 40, "bytes"),
+    NumericParam {
         special: Some((0, "to wait for ever")),
         ..param("peer_timeout", 1, 86400, "seconds")
     },
