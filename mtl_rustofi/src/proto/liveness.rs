@@ -322,7 +322,10 @@ impl Core {
         let timeout = self.live.timeout;
         for (i, &waited) in waited.iter().enumerate() {
             let peer = PeerId(i as u32);
-            let acked = completes_without_peer(&self.rails[self.peers[i].rail.index()].profile);
+            // Sends complete without the peer's software, and none waits
+            // in our own queue (the Ping may wait behind them).
+            let rail = &self.rails[self.peers[i].rail.index()];
+            let acked = completes_without_peer(&rail.profile) && rail.retry.is_empty();
             let l = &mut self.live.peers[i];
             if std::mem::take(&mut l.heard) {
                 l.last_heard = now;

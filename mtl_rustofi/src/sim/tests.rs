@@ -120,7 +120,9 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
             c.recv_unreachable,
         );
     }
-    if matches!(fault, "none" | "death") {
+    // With tiny queues a death is found by ordinary packets to the dead
+    // node failing before any probe is due.
+    if fault == "death" && !profile.starts_with("tiny") {
         want("liveness probes", c.pings);
     }
     if rails.profiles.iter().any(|p| p.inject_size > 0) {

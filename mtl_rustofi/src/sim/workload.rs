@@ -299,10 +299,13 @@ impl Plan {
         }
         // Liveness probes find a dead peer on their own: in half of the
         // deaths no one is told of it (the runtime keeps quiet), and in
-        // runs without failures they must never give a live peer up.
-        // (Drawn last, so that the rest of a seed's plan is unchanged.)
+        // runs without failures they must never give a live peer up. The
+        // timeout is at least four times the slowest completion (a send
+        // a live peer's transport takes longer than half the timeout to
+        // accept passes for a dead peer's). (Drawn last, so that the rest
+        // of a seed's plan is unchanged.)
         if (faults.death || !faults.any_failure()) && rng.chance(500) {
-            plan.peer_timeout = Some(rng.range(8_000, 80_000));
+            plan.peer_timeout = Some(rng.range(400_000, 800_000));
             if let Some(d) = &mut plan.death {
                 if rng.chance(500) {
                     d.lost_after = u64::MAX;
