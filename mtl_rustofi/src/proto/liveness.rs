@@ -322,10 +322,12 @@ impl Core {
         let timeout = self.live.timeout;
         for (i, &waited) in waited.iter().enumerate() {
             let peer = PeerId(i as u32);
-            // Sends complete without the peer's software, and none waits
-            // in our own queue (the Ping may wait behind them).
-            let rail = &self.rails[self.peers[i].rail.index()];
-            let acked = completes_without_peer(&rail.profile) && rail.retry.is_empty();
+            // Sends complete without the peer's software, and none to
+            // another peer waits in our own queue (the Ping may wait
+            // behind them; the provider refusing this peer's own, as
+            // tcp;ofi_rxm does while it reconnects, is evidence).
+            let acked = completes_without_peer(&self.rails[self.peers[i].rail.index()].profile)
+                && !self.others_queued(peer);
             let l = &mut self.live.peers[i];
             if std::mem::take(&mut l.heard) {
                 l.last_heard = now;
@@ -378,6 +380,18 @@ impl Core {
     #[cfg(test)]
     pub(crate) fn peer_is_lost(&self, peer: PeerId) -> bool {
         self.peers[peer.index()].lost
+    }
+
+    /// Whether operations to peers other than `peer` wait in the retry
+    /// queue of `peer`'s rail.
+    fn others_queued(&self, peer: PeerId) -> bool {
+        let rail = &self.rails[self.peers[peer.index()].rail.index()];
+        rail.retry.iter().any(|&id| {
+            self.ops.get(id).is_some_and(|op| match op {
+                super::txq::Op::Packet(p) => p.peer != peer,
+                super::txq::Op::Chunk(c) => c.peer != peer,
+            })
+        })
     }
 
     /// Which peers something waits on (index = peer).
