@@ -61,6 +61,12 @@ pub(crate) struct Settings {
     pub coalesce: bool,
     /// Most unused registrations of user buffers kept for reuse (0: none).
     pub mr_cache: usize,
+    /// Bytes the core may hold for one peer's sends that the provider has
+    /// not completed (bounce buffers and their bookkeeping); sends beyond
+    /// it wait ([`crate::proto`]'s flow control).
+    pub send_queue_limit: usize,
+    /// The same over all peers of the process.
+    pub send_queue_total: usize,
     /// The user named this component (`--mca mtl rustofi`) or set its
     /// provider list: software providers may then be used.
     pub explicit: bool,
@@ -93,6 +99,8 @@ pub(crate) struct RawParams<'a> {
     pub shm: Option<&'a str>,
     pub coalesce: i64,
     pub mr_cache_size: i64,
+    pub send_queue_limit: i64,
+    pub send_queue_total: i64,
     pub priority: i64,
     pub named: bool,
     /// The text of numeric values as the user wrote them, where known
@@ -172,6 +180,8 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     let verbose = num("verbose", p.verbose)?;
     let coalesce = num("coalesce", p.coalesce)?;
     let mr_cache_size = num("mr_cache_size", p.mr_cache_size)?;
+    let send_queue_limit = num("send_queue_limit", p.send_queue_limit)?;
+    let send_queue_total = num("send_queue_total", p.send_queue_total)?;
     let rndv = match p.rndv_protocol.unwrap_or("auto").trim() {
         "" | "auto" => RndvProtocol::Auto,
         "read" => RndvProtocol::Read,
@@ -237,6 +247,8 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         shm,
         coalesce: coalesce == 1,
         mr_cache: mr_cache_size as usize,
+        send_queue_limit: send_queue_limit as usize,
+        send_queue_total: send_queue_total as usize,
         explicit: p.named || p.include_set,
         one_host: false,
     })
@@ -375,6 +387,8 @@ mod tests {
             eager_limit: EAGER_AUTO,
             coalesce: 1,
             mr_cache_size: 64,
+            send_queue_limit: 4 << 20,
+            send_queue_total: 32 << 20,
             priority: 25,
             chunk: 1 << 26,
             rx_buffers: 256,
@@ -515,6 +529,14 @@ mod tests {
             (Box::new(|p: &mut RawParams| p.rx_buffers = 0), "rx_buffers"),
             (Box::new(|p: &mut RawParams| p.verbose = -1), "verbose"),
             (
+                Box::new(|p: &mut RawParams| p.send_queue_limit = 4095),
+                "send_queue_limit",
+            ),
+            (
+                Box::new(|p: &mut RawParams| p.send_queue_total = 0),
+                "send_queue_total",
+            ),
+            (
                 Box::new(|p: &mut RawParams| p.rndv_protocol = Some("fast")),
                 "rndv_protocol",
             ),
@@ -543,6 +565,14 @@ mod tests {
             .contains("mtl_rustofi_eager_limit"));
         p.texts = vec![("eager_limit", "16k".into())];
         assert_eq!(validate(&p).unwrap().eager_limit, Some(16384));
+        p.texts = vec![("send_queue_limit", "2m".into())];
+        assert_eq!(validate(&p).unwrap().send_queue_limit, 2 << 20);
+        p.texts = vec![("send_queue_total", "-1".into())];
+        let e = validate(&p).unwrap_err();
+        assert!(
+            e.contains("mtl_rustofi_send_queue_total = -1 is out of range: it must be 4096 to"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -95,6 +95,8 @@ impl Engine {
             fault: settings.fault,
             // The driver opens no stripe endpoints: nothing to stripe over.
             stripe_min: 0,
+            send_queue_limit: settings.send_queue_limit,
+            send_queue_total: settings.send_queue_total,
         };
         let mut core = Core::new(cfg, profiles.clone(), stats.clone());
         let mut out = Out::new();

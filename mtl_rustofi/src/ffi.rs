@@ -55,6 +55,10 @@ pub struct RustofiConfig {
     pub tagged: *const c_char,
     /// MCA `priority`, range-checked with the others.
     pub priority: i64,
+    /// Bytes held for one peer's uncompleted sends before sends wait.
+    pub send_queue_limit: i64,
+    /// The same over all peers.
+    pub send_queue_total: i64,
 }
 
 /// Completion entry points of the shim.
@@ -277,6 +281,8 @@ pub unsafe extern "C" fn rustofi_init(
             shm: opt_str(cfg.shm),
             coalesce: cfg.coalesce,
             mr_cache_size: cfg.mr_cache_size,
+            send_queue_limit: cfg.send_queue_limit,
+            send_queue_total: cfg.send_queue_total,
             priority: cfg.priority,
             named: cfg.named,
             // Open MPI converts leniently ("abc" is 0, digits beyond 64 bits
@@ -984,7 +990,9 @@ pub const RUSTOFI_LAYOUT_CONFIG_MR_CACHE_SIZE: usize = 128;
 pub const RUSTOFI_LAYOUT_CONFIG_MEM_HOOKS: usize = 136;
 pub const RUSTOFI_LAYOUT_CONFIG_TAGGED: usize = 144;
 pub const RUSTOFI_LAYOUT_CONFIG_PRIORITY: usize = 152;
-pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 160;
+pub const RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_LIMIT: usize = 160;
+pub const RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_TOTAL: usize = 168;
+pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 176;
 
 /// Asserts at compile time that `$ty` has size `$size` and each listed
 /// field has the given offset and size (every field must be listed: the
@@ -1052,4 +1060,6 @@ assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 28;
     mem_hooks: bool = RUSTOFI_LAYOUT_CONFIG_MEM_HOOKS,
     tagged: *const c_char = RUSTOFI_LAYOUT_CONFIG_TAGGED,
     priority: i64 = RUSTOFI_LAYOUT_CONFIG_PRIORITY,
+    send_queue_limit: i64 = RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_LIMIT,
+    send_queue_total: i64 = RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_TOTAL,
 );

@@ -46,6 +46,8 @@ pub(crate) const NUMERIC: &[NumericParam] = &[
     param("rx_buffers", 8, 65536, ""),
     param("coalesce", 0, 1, ""),
     param("mr_cache_size", 0, 65536, ""),
+    param("send_queue_limit", 4096, 1 << 40, "bytes"),
+    param("send_queue_total", 4096, 1 << 40, "bytes"),
 ];
 
 /// The entry of parameter `name`.
