@@ -72,6 +72,9 @@ fn posted(ret: isize) -> Result<(), PostError> {
     }
 }
 
+/// Operation contexts kept after a burst (see [`Driver::shrink_ctx`]).
+const OP_CTX_KEPT: usize = 4096;
+
 /// Receive buffers posted on a network rail that no rank of the job
 /// reaches it through (see [`Driver::open`]).
 pub(crate) const IDLE_RAIL_RX: usize = 8;
@@ -593,7 +596,21 @@ impl Driver {
                 total += self.poll_rail(rail, core, out);
             }
         }
+        if self.op_ctx.len() > OP_CTX_KEPT {
+            self.shrink_ctx(core.op_ids_bound());
+        }
         total
+    }
+
+    /// Frees the contexts a burst made once the core's operation ids fall
+    /// back below half of them: no posted operation has an id at or above
+    /// `bound`, so none of those contexts is in the provider's hands.
+    #[cold]
+    fn shrink_ctx(&mut self, bound: usize) {
+        if bound < self.op_ctx.len() / 2 {
+            self.op_ctx.truncate(bound.max(OP_CTX_KEPT));
+            self.op_ctx.shrink_to_fit();
+        }
     }
 
     fn poll_rail(&mut self, rail: RailId, core: &mut Core, out: &mut Out) -> usize {

@@ -124,6 +124,10 @@ impl Op {
     }
 }
 
+/// Operation slots kept after a burst; a table grown beyond is freed when
+/// the last operation is reported.
+const OPS_KEPT: usize = 4096;
+
 /// Size of the small bounce buffers: a header and a small payload. A packet
 /// that fits takes one of these instead of a buffer of the rail's full
 /// size (64 KiB over tcp), so that many small sends queued at once hold
@@ -286,6 +290,12 @@ impl Core {
         }
     }
 
+    /// One more than the highest operation id in use: contexts of ids from
+    /// here on name no operation and may be freed.
+    pub(crate) fn op_ids_bound(&self) -> usize {
+        self.ops.bound()
+    }
+
     /// Queues a new operation for the driver: it is handed over at once
     /// when a credit is free and nothing waits before it.
     pub(super) fn submit_op(&mut self, op: Op, out: &mut Out) -> OpId {
@@ -432,6 +442,9 @@ impl Core {
             self.error("completion for an unknown operation");
             return;
         };
+        // A burst's table goes once the burst is over (the driver's
+        // contexts follow it, see `op_ids_bound`).
+        self.ops.shrink_if_empty(OPS_KEPT);
         self.rails[op.rail().index()].inflight -= op.takes_credit() as usize;
         match &op {
             Op::Packet(p) => {

@@ -7,21 +7,23 @@
  * each carrying its index in its first 8 bytes (and a pattern derived from
  * it in the rest), while rank 1 sleeps `sleep_ms` outside MPI; rank 1 then
  * receives them all and checks every index and byte, in order. Both ranks
- * end with a barrier and print their peak resident set size (VmHWM of
- * /proc/self/status, in KiB) as `RSS rank=R hwm_kib=N`; rank 0 prints
- * `PASS flood`. Ranks beyond 2 only join the barrier (and print their RSS).
+ * end with a barrier and print their peak and current resident set size
+ * (VmHWM and VmRSS of /proc/self/status, in KiB) as
+ * `RSS rank=R hwm_kib=N rss_kib=M`; rank 0 prints `PASS flood`. Ranks beyond 2 only join the barrier (and print their RSS).
  */
 #include "../common.h"
 
-static long vm_hwm_kib(void)
+/* A field of /proc/self/status in KiB ("VmHWM", "VmRSS"), -1 if absent. */
+static long status_kib(const char *field)
 {
     FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
+    char line[256], fmt[64];
     long kib = -1;
     if (!f)
         return -1;
+    snprintf(fmt, sizeof fmt, "%s: %%ld kB", field);
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+        if (sscanf(line, fmt, &kib) == 1)
             break;
     fclose(f);
     return kib;
@@ -70,7 +72,8 @@ int main(int argc, char **argv)
         printf("RECEIVED count=%ld secs=%.2f\n", count, now_sec() - t0);
     }
     MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-    printf("RSS rank=%d hwm_kib=%ld\n", test_rank, vm_hwm_kib());
+    printf("RSS rank=%d hwm_kib=%ld rss_kib=%ld\n", test_rank, status_kib("VmHWM"),
+           status_kib("VmRSS"));
     fflush(stdout);
     free(buf);
     free(want);
