@@ -10,6 +10,7 @@
 //! operation is reported back, which is the core's side of the contract.
 
 mod rail;
+mod rxmem;
 
 pub(crate) use rail::Caps;
 
@@ -51,7 +52,7 @@ impl OpCtx {
 /// holds their addresses while the buffer is posted.
 struct RxBuf {
     ctx: Box<OpCtx>,
-    mem: Box<[u8]>,
+    mem: rxmem::RxMem,
     mr: Option<MemoryRegion>,
 }
 
@@ -137,7 +138,7 @@ impl Driver {
         for (r, rl) in rails.iter().enumerate() {
             let mut bufs = Vec::with_capacity(rl.profile.rx_count);
             for s in 0..rl.profile.rx_count {
-                let mem = vec![0u8; rl.profile.buf_size].into_boxed_slice();
+                let mem = rxmem::RxMem::new(rl.profile.buf_size)?;
                 let mr = if rl.profile.mr_local {
                     // SAFETY: the buffer is owned by the driver and dropped
                     // after its registration (fields drop in order).

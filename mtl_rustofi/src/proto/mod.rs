@@ -49,7 +49,7 @@ mod usermr;
 pub(crate) use action::{Access, Action, Event, Out, PostError, Posted, Status};
 pub(crate) use eager::SendArgs;
 #[cfg(test)]
-pub(crate) use flow::{FlowState, OP_OVERHEAD};
+pub(crate) use flow::OP_OVERHEAD;
 pub(crate) use recv::ProbeInfo;
 #[cfg(test)]
 pub(crate) use txq::RESENDS;
