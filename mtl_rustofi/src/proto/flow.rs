@@ -231,3 +231,26 @@ impl Core {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_hold_per_peer_and_in_all() {
+        let (a, b) = (PeerId(0), PeerId(1));
+        let mut f = Flow::new(1000, 1500);
+        // A peer holding nothing gets one send through whatever its size.
+        assert!(f.fits(a, 5000));
+        f.charge(a, 600);
+        assert!(f.fits(a, 400) && !f.fits(a, 401));
+        f.charge(b, 800);
+        // b's own room is 200, and all together may hold 100 more.
+        assert!(f.fits(b, 100) && !f.fits(b, 101));
+        f.release(a, 600);
+        assert!(f.fits(a, 700) && !f.fits(b, 201));
+        assert_eq!((f.total, f.peak), (800, 1400));
+        f.release(b, 800);
+        assert!(f.fits(b, 5000));
+    }
+}
