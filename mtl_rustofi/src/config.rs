@@ -61,6 +61,11 @@ pub(crate) struct Settings {
     pub coalesce: bool,
     /// Most unused registrations of user buffers kept for reuse (0: none).
     pub mr_cache: usize,
+    /// Most NICs a large read rendezvous spreads over, the rank's own
+    /// included (`None`: every NIC as near as its own; 1: no striping).
+    pub stripe: Option<usize>,
+    /// Read rendezvous of at least this many bytes stripe.
+    pub stripe_min: usize,
     /// Bytes the core may hold for one peer's sends that the provider has
     /// not completed (bounce buffers and their bookkeeping); sends beyond
     /// it wait ([`crate::proto`]'s flow control).
@@ -99,6 +104,8 @@ pub(crate) struct RawParams<'a> {
     pub shm: Option<&'a str>,
     pub coalesce: i64,
     pub mr_cache_size: i64,
+    pub stripe: i64,
+    pub stripe_min: i64,
     pub send_queue_limit: i64,
     pub send_queue_total: i64,
     pub priority: i64,
@@ -180,6 +187,8 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     let verbose = num("verbose", p.verbose)?;
     let coalesce = num("coalesce", p.coalesce)?;
     let mr_cache_size = num("mr_cache_size", p.mr_cache_size)?;
+    let stripe = num("stripe", p.stripe)?;
+    let stripe_min = num("stripe_min", p.stripe_min)?;
     let send_queue_limit = num("send_queue_limit", p.send_queue_limit)?;
     let send_queue_total = num("send_queue_total", p.send_queue_total)?;
     let rndv = match p.rndv_protocol.unwrap_or("auto").trim() {
@@ -247,6 +256,8 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         shm,
         coalesce: coalesce == 1,
         mr_cache: mr_cache_size as usize,
+        stripe: (stripe != 0).then_some(stripe as usize),
+        stripe_min: stripe_min as usize,
         send_queue_limit: send_queue_limit as usize,
         send_queue_total: send_queue_total as usize,
         explicit: p.named || p.include_set,
@@ -387,6 +398,7 @@ mod tests {
             eager_limit: EAGER_AUTO,
             coalesce: 1,
             mr_cache_size: 64,
+            stripe_min: 1 << 20,
             send_queue_limit: 4 << 20,
             send_queue_total: 32 << 20,
             priority: 25,

@@ -93,14 +93,18 @@ pub(crate) struct Driver {
 }
 
 impl Driver {
-    /// Opens the network provider at `index` of `list` and, if `shm` names
-    /// an entry, the shm provider beside it for same-host peers. A shm rail
-    /// that cannot be opened is reported and left out unless `shm_required`.
+    /// Opens the network provider at `index` of `list`; if `shm` names an
+    /// entry, the shm provider beside it for same-host peers (a shm rail
+    /// that cannot be opened is reported and left out unless
+    /// `shm_required`); and a stripe rail on each of the entries
+    /// `stripes` (NICs besides the rank's own; one that cannot be opened
+    /// is reported and left out).
     pub(crate) fn open(
         list: &InfoList,
         index: usize,
         shm: Option<usize>,
         shm_required: bool,
+        stripes: &[usize],
         settings: &Settings,
     ) -> Result<Driver, EngineError> {
         let net = FabricRail::open(list, index, RailKind::Net, settings, settings.rndv)?;
@@ -128,7 +132,20 @@ impl Driver {
                 )),
             }
         }
-        if rails.len() > 1 && settings.one_host {
+        for &i in stripes {
+            // Stripe rails read with RMA like the network rail; a NIC
+            // without FI_RMA cannot carry stripes.
+            match FabricRail::open(list, i, RailKind::Stripe, settings, RndvProtocol::Read) {
+                Ok(r) => rails.push(r),
+                Err(e) => crate::log::error(&format!(
+                    "a stripe endpoint cannot be opened ({}); large transfers use the other \
+                     NICs (set mtl_rustofi_stripe = 1 to silence this)",
+                    e.0
+                )),
+            }
+        }
+        let has_shm = rails.iter().any(|r| r.profile.kind == RailKind::Shm);
+        if has_shm && settings.one_host {
             // The shm rail serves every rank of the job; the network rail
             // only needs to stay reachable (for processes that join later),
             // not a full set of posted 64 KiB buffers.
@@ -188,16 +205,31 @@ impl Driver {
     }
 
     /// The endpoint addresses of every rail, for the modex.
-    pub(crate) fn names(&self) -> Result<Vec<(RailKind, usize, Vec<u8>)>, FiError> {
+    pub(crate) fn names(&self) -> Result<Vec<crate::wire::RailAddr>, FiError> {
         self.rails
             .iter()
             .map(|r| {
-                Ok((
-                    r.profile.kind,
-                    r.profile.buf_size - crate::wire::BASE_LEN,
-                    r.ep().name()?,
-                ))
+                Ok(crate::wire::RailAddr {
+                    kind: r.profile.kind,
+                    max_eager: (r.profile.buf_size - crate::wire::BASE_LEN) as u32,
+                    addr: r.ep().name()?,
+                    nic: if r.profile.kind == RailKind::Stripe {
+                        r.nic.clone()
+                    } else {
+                        String::new()
+                    },
+                })
             })
+            .collect()
+    }
+
+    /// Our stripe rails, by NIC name.
+    pub(crate) fn stripe_rails(&self) -> Vec<(RailId, &str)> {
+        self.rails
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.profile.kind == RailKind::Stripe)
+            .map(|(i, r)| (RailId(i as u8), r.nic.as_str()))
             .collect()
     }
 
