@@ -3,6 +3,8 @@
 //! from `ZERO_COPY_MIN` bytes, where the rail allows it, the payload goes
 //! from the user's buffer and the send completes with the transmit.
 //! Synchronous sends always copy and complete on the receiver's ack.
+//! While the peer's send queue is full ([`super::flow`]) a send waits,
+//! uncopied and incomplete, until room is made.
 
 use super::action::{Event, Out, Status};
 use super::ids::{Cookie, PeerId, ReqId};
@@ -89,10 +91,9 @@ impl Core {
         }
         let mut hdr = self.matchable_header(s.peer, Kind::Eager, s.ctx, s.src, s.tag, len);
         let need = hdr.wire_len() + if zero_copy { 0 } else { len };
-        let b = self.take_tx_for(rail, need, out);
+        let mut b = self.take_tx_for(rail, need, out);
         let held = Self::buf_cost(b.mem.len());
         self.flow.charge(s.peer, held);
-        let mut b = b;
         let then = if s.sync {
             let cookie = self.new_cookie();
             hdr.flags |= wire::FLAG_SYNC;
