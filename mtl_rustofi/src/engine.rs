@@ -108,6 +108,8 @@ impl Engine {
             } else {
                 settings.stripe_min
             },
+            send_queue_limit: settings.send_queue_limit,
+            send_queue_total: settings.send_queue_total,
         };
         let mut core = Core::new(cfg, profiles.clone(), stats.clone());
         let mut out = Out::new();
