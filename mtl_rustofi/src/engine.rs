@@ -119,6 +119,8 @@ impl Engine {
             } else {
                 settings.stripe_min
             },
+            send_queue_limit: settings.send_queue_limit,
+            send_queue_total: settings.send_queue_total,
         };
         let mut core = Core::new(cfg, profiles.clone(), stats.clone());
         core.set_peer_timeout(settings.peer_timeout);

@@ -60,6 +60,10 @@ pub struct RustofiConfig {
     pub stripe: i64,
     /// Smallest read rendezvous that stripes, in bytes.
     pub stripe_min: i64,
+    /// Bytes held for one peer's uncompleted sends before sends wait.
+    pub send_queue_limit: i64,
+    /// The same over all peers.
+    pub send_queue_total: i64,
     /// Seconds within which operations waiting on a dead peer fail (0:
     /// never probe peers).
     pub peer_timeout: i64,
@@ -287,6 +291,8 @@ pub unsafe extern "C" fn rustofi_init(
             mr_cache_size: cfg.mr_cache_size,
             stripe: cfg.stripe,
             stripe_min: cfg.stripe_min,
+            send_queue_limit: cfg.send_queue_limit,
+            send_queue_total: cfg.send_queue_total,
             priority: cfg.priority,
             peer_timeout: cfg.peer_timeout,
             named: cfg.named,
@@ -1031,8 +1037,10 @@ pub const RUSTOFI_LAYOUT_CONFIG_TAGGED: usize = 144;
 pub const RUSTOFI_LAYOUT_CONFIG_PRIORITY: usize = 152;
 pub const RUSTOFI_LAYOUT_CONFIG_STRIPE: usize = 160;
 pub const RUSTOFI_LAYOUT_CONFIG_STRIPE_MIN: usize = 168;
-pub const RUSTOFI_LAYOUT_CONFIG_PEER_TIMEOUT: usize = 176;
-pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 184;
+pub const RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_LIMIT: usize = 176;
+pub const RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_TOTAL: usize = 184;
+pub const RUSTOFI_LAYOUT_CONFIG_PEER_TIMEOUT: usize = 192;
+pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 200;
 
 /// Asserts at compile time that `$ty` has size `$size` and each listed
 /// field has the given offset and size (every field must be listed: the
@@ -1102,5 +1110,7 @@ assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 28;
     priority: i64 = RUSTOFI_LAYOUT_CONFIG_PRIORITY,
     stripe: i64 = RUSTOFI_LAYOUT_CONFIG_STRIPE,
     stripe_min: i64 = RUSTOFI_LAYOUT_CONFIG_STRIPE_MIN,
+    send_queue_limit: i64 = RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_LIMIT,
+    send_queue_total: i64 = RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_TOTAL,
     peer_timeout: i64 = RUSTOFI_LAYOUT_CONFIG_PEER_TIMEOUT,
 );

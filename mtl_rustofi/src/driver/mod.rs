@@ -10,6 +10,7 @@
 //! operation is reported back, which is the core's side of the contract.
 
 mod rail;
+mod rxmem;
 
 pub(crate) use rail::Caps;
 
@@ -51,7 +52,7 @@ impl OpCtx {
 /// holds their addresses while the buffer is posted.
 struct RxBuf {
     ctx: Box<OpCtx>,
-    mem: Box<[u8]>,
+    mem: rxmem::RxMem,
     mr: Option<MemoryRegion>,
 }
 
@@ -71,6 +72,9 @@ fn posted(ret: isize) -> Result<(), PostError> {
         r => Err(PostError::Hard(r as i32)),
     }
 }
+
+/// Operation contexts kept after a burst (see [`Driver::shrink_ctx`]).
+const OP_CTX_KEPT: usize = 4096;
 
 /// Receive buffers posted on a network rail that no rank of the job
 /// reaches it through (see [`Driver::open`]).
@@ -151,7 +155,7 @@ impl Driver {
         for (r, rl) in rails.iter().enumerate() {
             let mut bufs = Vec::with_capacity(rl.profile.rx_count);
             for s in 0..rl.profile.rx_count {
-                let mem = vec![0u8; rl.profile.buf_size].into_boxed_slice();
+                let mem = rxmem::RxMem::new(rl.profile.buf_size)?;
                 let mr = if rl.profile.mr_local {
                     // SAFETY: the buffer is owned by the driver and dropped
                     // after its registration (fields drop in order).
@@ -631,7 +635,21 @@ impl Driver {
                 total += self.poll_rail(rail, core, out);
             }
         }
+        if self.op_ctx.len() > OP_CTX_KEPT {
+            self.shrink_ctx(core.op_ids_bound());
+        }
         total
+    }
+
+    /// Frees the contexts a burst made once the core's operation ids fall
+    /// back below half of them: no posted operation has an id at or above
+    /// `bound`, so none of those contexts is in the provider's hands.
+    #[cold]
+    fn shrink_ctx(&mut self, bound: usize) {
+        if bound < self.op_ctx.len() / 2 {
+            self.op_ctx.truncate(bound.max(OP_CTX_KEPT));
+            self.op_ctx.shrink_to_fit();
+        }
     }
 
     fn poll_rail(&mut self, rail: RailId, core: &mut Core, out: &mut Out) -> usize {

@@ -5,8 +5,8 @@
 //! Evidence comes from the transport, never from silence alone: a peer
 //! busy outside MPI for minutes does not progress and so answers nothing,
 //! yet must not be failed. Only towards peers that something waits on (a
-//! rendezvous in either role, a synchronous send, a receive or probe
-//! posted for that source) and that have been silent for a probe
+//! rendezvous in either role, a synchronous send, a send deferred by flow
+//! control, a receive or probe posted for that source) and that have been silent for a probe
 //! interval, the core sends a `Ping`:
 //! - the `Ping` is a plain packet that is never injected, so a provider
 //!   that knows the peer's process is gone (a reset connection on
@@ -404,6 +404,9 @@ impl Core {
             w[r.peer.index()] = true;
         }
         for &(_, p) in self.sync_wait.values() {
+            w[p.index()] = true;
+        }
+        for &p in self.flow.waiting() {
             w[p.index()] = true;
         }
         let matcher = &self.matcher;

@@ -390,7 +390,8 @@ impl World {
                         },
                     );
                 }
-                let mut d = self.completion_delay();
+                // A peer that takes nothing in holds up the transmit.
+                let mut d = self.completion_delay() + self.stalled_for(to);
                 if !self.nodes[to].alive {
                     // A provider that retries a refused connection keeps
                     // the send (tcp;ofi_rxm) until its endpoint closes.
