@@ -18,8 +18,9 @@
 //!   `Ping` still not sent after half the timeout to a peer heard from
 //!   before (so connected: accepting a new connection may take the peer's
 //!   own progress), silent for as long, and sent less than `BACKLOG`
-//!   bytes since (more may fill its socket buffers while it is busy, and
-//!   the `Ping` waits behind them), failed at the transport (a connected
+//!   bytes since it last answered a `Ping` (more may fill its socket
+//!   buffers while it is busy, and the `Ping` waits behind them), failed
+//!   at the transport (a connected
 //!   peer's kernel otherwise takes it in microseconds, busy or not):
 //!   tcp;ofi_rxm keeps such a send queued while its reconnection attempts
 //!   to an exited process are refused, and reports nothing;
@@ -43,10 +44,11 @@ use std::time::Duration;
 /// ones.
 const PRUNE_MIN: usize = 64;
 
-/// Bytes sent to a silent peer beyond which an unsent `Ping` proves
-/// nothing: they may fill its socket buffers (a busy peer does not read
-/// them), and the `Ping` waits behind them. Well below the smallest
-/// buffers of a TCP connection (16 KiB sending plus 128 KiB receiving).
+/// Bytes sent to a peer since it was last shown to have read (it answered
+/// a `Ping` sent after them) beyond which an unsent `Ping` proves nothing:
+/// they may fill its socket buffers (a busy peer does not read them), and
+/// the `Ping` waits behind them. Well below the smallest buffers of a TCP
+/// connection (16 KiB sending plus 128 KiB receiving).
 const BACKLOG: u64 = 64 * 1024;
 
 /// Rounds after a peer is given up before its rendezvous stop waiting for
@@ -67,8 +69,11 @@ struct PeerLive {
     ping_out: bool,
     /// When that `Ping` was handed over.
     ping_at: Duration,
-    /// The peer's `tx_bytes` when it was last heard from.
-    tx_at_heard: u64,
+    /// The peer's `tx_bytes` when the last `Ping` was sent.
+    ping_tx: u64,
+    /// Bytes the peer has been shown to have read (those before a `Ping`
+    /// it answered): more sent since may wait in its socket buffers.
+    tx_read: u64,
     /// A probe for this source ran since the last round.
     probed: bool,
     /// Its process id, for a peer on this host.
@@ -265,6 +270,13 @@ impl Core {
         }
     }
 
+    /// A `Pong` arrived: the peer has read everything sent before the
+    /// `Ping` it answers.
+    pub(super) fn on_pong(&mut self, peer: PeerId) {
+        let l = self.live.peer(peer);
+        l.tx_read = l.ping_tx;
+    }
+
     /// A `Ping` to `peer` was sent (its failure gives the peer up through
     /// the packet failure policy instead).
     pub(super) fn ping_done(&mut self, peer: PeerId) {
@@ -332,7 +344,6 @@ impl Core {
             if std::mem::take(&mut l.heard) {
                 l.last_heard = now;
                 l.ever_heard = true;
-                l.tx_at_heard = self.peers[i].tx_bytes;
             }
             let probed = std::mem::take(&mut l.probed);
             if !(waited || probed) || self.peers[i].lost || now.saturating_sub(l.last_heard) < every
@@ -345,12 +356,13 @@ impl Core {
             if !l.ping_out {
                 l.ping_out = true;
                 l.ping_at = now;
+                l.ping_tx = self.peers[i].tx_bytes;
                 tracing::debug!(peer = peer.0, "liveness probe");
                 let ping = self.header(Kind::Ping);
                 self.send_ping(peer, &ping, out);
             } else if acked
                 && l.ever_heard
-                && self.peers[i].tx_bytes.wrapping_sub(l.tx_at_heard) < BACKLOG
+                && self.peers[i].tx_bytes.wrapping_sub(l.tx_read) < BACKLOG
                 && now.saturating_sub(l.ping_at) >= timeout / 2
                 && now.saturating_sub(l.last_heard) >= timeout / 2
             {

@@ -234,7 +234,7 @@ impl Core {
             Kind::Cts => self.on_cts(peer, &hdr, out),
             Kind::Data => self.on_data(peer, &hdr, &msg[hdr.wire_len()..], out),
             Kind::Ping => self.on_ping(peer, out),
-            Kind::Pong => {}
+            Kind::Pong => self.on_pong(peer),
         }
     }
 

@@ -12,7 +12,7 @@ use super::defects::{msg, recv_status, send_status};
 use super::fabric::World;
 use super::profiles::{fault_set, profile_set};
 use super::rng::Rng;
-use super::workload::{Busy, Cmd, ConsumerKind, Death, MsgSpec, Plan, CTX_ANY_SOURCE};
+use super::workload::{Busy, Cmd, ConsumerKind, Death, MsgSpec, Plan, Stall, CTX_ANY_SOURCE};
 use crate::proto::Status;
 
 /// Peer timeout of these cases (ns): probes every quarter of it. Four
@@ -37,6 +37,9 @@ enum Fate {
     /// report their failure only 1000 timeouts later (a provider that
     /// retries a refused connection).
     DiesHeld,
+    /// Takes nothing in for 20 timeouts (its socket buffers full): sends
+    /// to it, the probes included, complete only then.
+    Stalled,
 }
 
 /// When node 1 dies in [`Fate::DiesHeld`] (ns): after its first message
@@ -98,6 +101,12 @@ fn run(
             plan.busy = Some(Busy {
                 node: 1,
                 from: 0,
+                until: 20 * TIMEOUT,
+            })
+        }
+        Fate::Stalled => {
+            plan.stall = Some(Stall {
+                node: 1,
                 until: 20 * TIMEOUT,
             })
         }
@@ -313,6 +322,39 @@ fn sim_liveness_unsent_probe_gives_a_connected_peer_up() {
             } else {
                 assert!(at <= 2 * TIMEOUT, "{what}: failed {at} ns after the death");
             }
+        }
+    }
+}
+
+/// Node 1 sends node 0 a message; then node 0 sends node 1, which takes
+/// nothing in (as a busy process whose socket buffers are full), 128 KiB
+/// of small messages, then waits for a
+/// message from it that comes only after the stall. The probes to node 1
+/// stay unsent behind that backlog for many timeouts; more than 64 KiB
+/// sent since node 1 was last heard from keeps that from counting as a
+/// transport failure, so node 1 is never given up.
+#[test]
+fn sim_liveness_backlog_to_a_stalled_peer_is_not_a_failure() {
+    for profile in ["efa", "tcp-rxm"] {
+        for fault in FAULTS {
+            // Node 1 is heard from first (so connected).
+            let mut specs = vec![msg(1, 0, 499, 10, false)];
+            specs.extend((0..128).map(|i| msg(0, 1, i, 1024, false)));
+            let last = specs.len();
+            specs.push(msg(1, 0, 500, 10, false));
+            let w = run(profile, fault, specs, &[last], false, Fate::Stalled);
+            let what = format!("{profile}/{fault}");
+            assert_eq!(
+                recv_status(&w, last),
+                Some(Status::Ok),
+                "{what}: message from node 1"
+            );
+            assert!(w.pings > 0, "{what}: node 0 never probed");
+            let peer = w.nodes[0].peer_of[1].expect("a peer");
+            assert!(
+                !w.nodes[0].core.peer_is_lost(peer),
+                "{what}: node 1 given up"
+            );
         }
     }
 }
