@@ -9,7 +9,7 @@
 //! a completion callback may call back into the MTL.
 
 use crate::config::Settings;
-use crate::driver::{Caps, Driver};
+use crate::driver::{Caps, Driver, SameHost};
 use crate::fabric::{FiError, InfoList};
 use crate::handoff::{Handoff, Poisoned};
 use crate::inbox::Batch;
@@ -70,17 +70,16 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    /// Opens the network provider at `index` of `list` and, if `shm` names
-    /// an entry, the shm provider beside it for same-host peers.
+    /// Opens the network provider at `index` of `list` and, as `same`
+    /// says, a rail for same-host peers beside it.
     pub(crate) fn open(
         list: InfoList,
         index: usize,
-        shm: Option<usize>,
-        shm_required: bool,
+        same: SameHost,
         settings: Settings,
         my_name: u64,
     ) -> Result<Engine, EngineError> {
-        let mut driver = Driver::open(&list, index, shm, shm_required, &settings)?;
+        let mut driver = Driver::open(&list, index, same, &settings)?;
         let nic = list
             .iter()
             .nth(index)
@@ -103,7 +102,8 @@ impl Engine {
         let shm_segment = names
             .iter()
             .find(|(kind, _, _)| *kind == RailKind::Shm)
-            .and_then(|(_, _, addr)| crate::shmfile::segment_path(addr));
+            .and_then(|(_, _, addr)| crate::shmfile::segment_path(addr))
+            .or_else(|| driver.local().map(|l| l.path().to_string()));
         let rails = names
             .into_iter()
             .map(|(kind, max_eager, addr)| wire::RailAddr {
@@ -129,7 +129,7 @@ impl Engine {
             },
             shm_provider: profiles
                 .iter()
-                .find(|p| p.kind == RailKind::Shm)
+                .find(|p| matches!(p.kind, RailKind::Shm | RailKind::Local))
                 .map(|p| p.provider.clone()),
             handoff: Handoff::new(State { driver, core, out }),
             settings,
@@ -575,6 +575,18 @@ fn add_peer(st: &mut State, name: u64, modex: &[u8], local: bool) -> Result<usiz
     // Both sides apply the same rule to the same facts (locality is
     // symmetric, each publishes a shm address only if it opened a shm
     // rail), so a pair always talks over the same rail both ways.
+    if local {
+        if let Some(rail) = st.driver.rail_of_kind(RailKind::Local) {
+            if let Some(remote) = info.rail(RailKind::Local) {
+                if let Some(addr) = st.driver.insert_local(&remote.addr) {
+                    let p = st
+                        .core
+                        .add_peer(name, rail, addr?, remote.max_eager as usize);
+                    return Ok(p.handle());
+                }
+            }
+        }
+    }
     let shm = st.driver.rail_of_kind(RailKind::Shm);
     let (rail, remote) = match (local, shm, info.rail(RailKind::Shm)) {
         (true, Some(r), Some(a)) => (r, a),

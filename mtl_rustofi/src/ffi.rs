@@ -390,7 +390,7 @@ pub unsafe extern "C" fn rustofi_init(
                      peers use {}",
                     names[index]
                 );
-                if shm_mode == config::ShmMode::On {
+                if shm_mode == config::ShmMode::Libfabric {
                     crate::log::problem(Topic::NoShm, &msg);
                     return 1;
                 }
@@ -402,8 +402,22 @@ pub unsafe extern "C" fn rustofi_init(
         } else {
             None
         };
-        let shm_required = shm_mode == config::ShmMode::On;
-        let mut engine = match Engine::open(list, index, shm, shm_required, settings, cfg.my_name) {
+        // Our own shared-memory rail: the ranks of this job on this host.
+        let local_size = env_count("OMPI_COMM_WORLD_LOCAL_SIZE").unwrap_or(1) as usize;
+        let local = config::local_wanted(shm_mode, local_size).then(|| {
+            crate::driver::shm::LocalJob {
+                jobid: (cfg.my_name >> 32) as u32,
+                rank: pick.local_rank,
+                size: local_size,
+            }
+        });
+        let same = crate::driver::SameHost {
+            local,
+            local_required: shm_mode == config::ShmMode::On,
+            shm,
+            shm_required: shm_mode == config::ShmMode::Libfabric,
+        };
+        let mut engine = match Engine::open(list, index, same, settings, cfg.my_name) {
             Ok(e) => e,
             Err(e) => {
                 crate::log::problem(

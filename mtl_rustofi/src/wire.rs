@@ -346,6 +346,9 @@ pub(crate) enum RailKind {
     Net = 0,
     /// The shm provider's endpoint, for peers on the same host.
     Shm = 1,
+    /// Our own shared-memory rail (`driver/shm`), for ranks of the same
+    /// job on the same host; its "name" is the rank's place there.
+    Local = 2,
 }
 
 /// One endpoint a rank can be reached at.
@@ -366,7 +369,7 @@ pub(crate) struct RailAddr {
 /// |------:|----------------------------------------|
 /// | 4     | `R O F <VERSION>`                      |
 /// | 1     | number of endpoints (1..=8)            |
-/// | per endpoint: 1 | kind (0 net, 1 shm)          |
+/// | per endpoint: 1 | kind (0 net, 1 shm, 2 local) |
 /// | 4     | max eager payload, little endian       |
 /// | 2     | name length n, little endian           |
 /// | n     | libfabric endpoint name                |
@@ -414,6 +417,7 @@ impl PeerInfo {
             let kind = match head[0] {
                 0 => RailKind::Net,
                 1 => RailKind::Shm,
+                2 => RailKind::Local,
                 k => return Err(bad(&format!("unknown endpoint kind {k}"))),
             };
             let max_eager = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes"));

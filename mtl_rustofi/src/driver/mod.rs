@@ -10,6 +10,7 @@
 //! operation is reported back, which is the core's side of the contract.
 
 mod rail;
+pub(crate) mod shm;
 
 pub(crate) use rail::Caps;
 
@@ -22,6 +23,8 @@ use crate::sys;
 use crate::usermem::Region;
 use crate::wire::RailKind;
 use rail::FabricRail;
+pub(crate) use shm::SameHost;
+use shm::ShmRail;
 use std::os::raw::c_void;
 use std::ptr;
 
@@ -86,7 +89,13 @@ pub(crate) struct Driver {
     /// Registrations the core asked for, indexed by [`MrId`].
     mrs: Vec<Option<MemoryRegion>>,
     scratch: Vec<CqEntry>,
+    /// Our own shared-memory rail, if open; its id follows the libfabric
+    /// rails' (`NO_LOCAL` when there is none).
+    local: Option<ShmRail>,
+    local_id: u8,
 }
+
+const NO_LOCAL: u8 = u8::MAX;
 
 impl Driver {
     /// Opens the network provider at `index` of `list` and, if `shm` names
@@ -95,12 +104,33 @@ impl Driver {
     pub(crate) fn open(
         list: &InfoList,
         index: usize,
-        shm: Option<usize>,
-        shm_required: bool,
+        same: SameHost,
         settings: &Settings,
     ) -> Result<Driver, EngineError> {
         let net = FabricRail::open(list, index, RailKind::Net, settings, settings.rndv)?;
         let mut rails = vec![net];
+        let local = match same.local.map(|job| ShmRail::open(job, settings)) {
+            None => None,
+            Some(Ok(r)) => Some(r),
+            Some(Err(e)) if same.local_required => {
+                return Err(EngineError(format!(
+                    "mtl_rustofi_shm = on, but the shared-memory rail cannot be opened: {e}"
+                )))
+            }
+            Some(Err(e)) => {
+                crate::log::error(&format!(
+                    "the shared-memory rail cannot be opened ({e}); same-host peers use {} \
+                     (set mtl_rustofi_shm = libfabric or off to silence this)",
+                    same.shm.map_or(rails[0].profile.provider.as_str(), |_| "libfabric's shm")
+                ));
+                None
+            }
+        };
+        let (shm, shm_required) = if local.is_some() {
+            (None, false)
+        } else {
+            (same.shm, same.shm_required)
+        };
         if let Some(i) = shm {
             // The shm rail reads when it can, unless the user asked for the
             // send or msg protocol everywhere.
@@ -124,7 +154,7 @@ impl Driver {
                 )),
             }
         }
-        if rails.len() > 1 && settings.one_host {
+        if (rails.len() > 1 || local.is_some()) && settings.one_host {
             // The shm rail serves every rank of the job; the network rail
             // only needs to stay reachable (for processes that join later),
             // not a full set of posted 64 KiB buffers.
@@ -159,17 +189,40 @@ impl Driver {
             }
             rx.push(bufs);
         }
+        let local_id = if local.is_some() {
+            rails.len() as u8
+        } else {
+            NO_LOCAL
+        };
         Ok(Driver {
             rails,
             rx,
             op_ctx: Vec::new(),
             mrs: Vec::new(),
             scratch: vec![CqEntry::default(); 64],
+            local,
+            local_id,
         })
     }
 
     pub(crate) fn profiles(&self) -> Vec<RailProfile> {
-        self.rails.iter().map(|r| r.profile.clone()).collect()
+        let fabric = self.rails.iter().map(|r| r.profile.clone());
+        fabric.chain(self.local.iter().map(|l| l.profile.clone())).collect()
+    }
+
+    /// Our own shared-memory rail, if open.
+    pub(crate) fn local(&self) -> Option<&ShmRail> {
+        self.local.as_ref()
+    }
+
+    /// Starts serving a same-host peer on our own shared-memory rail, if
+    /// its published address is one of this job's on this host.
+    pub(crate) fn insert_local(&mut self, name: &[u8]) -> Option<Result<FiAddr, EngineError>> {
+        let l = self.local.as_mut()?;
+        if !l.reaches(name) {
+            return None;
+        }
+        Some(l.insert(name).map_err(EngineError))
     }
 
     pub(crate) fn caps(&self, rail: RailId) -> Caps {
@@ -177,6 +230,9 @@ impl Driver {
     }
 
     pub(crate) fn rail_of_kind(&self, kind: RailKind) -> Option<RailId> {
+        if kind == RailKind::Local {
+            return self.local.as_ref().map(|_| RailId(self.local_id));
+        }
         self.rails
             .iter()
             .position(|r| r.profile.kind == kind)
@@ -185,7 +241,8 @@ impl Driver {
 
     /// The endpoint addresses of every rail, for the modex.
     pub(crate) fn names(&self) -> Result<Vec<(RailKind, usize, Vec<u8>)>, FiError> {
-        self.rails
+        let mut v = self
+            .rails
             .iter()
             .map(|r| {
                 Ok((
@@ -194,7 +251,15 @@ impl Driver {
                     r.ep().name()?,
                 ))
             })
-            .collect()
+            .collect::<Result<Vec<_>, FiError>>()?;
+        if let Some(l) = &self.local {
+            v.push((
+                RailKind::Local,
+                l.profile.buf_size - crate::wire::BASE_LEN,
+                l.name(),
+            ));
+        }
+        Ok(v)
     }
 
     /// Inserts a peer's published address into a rail's address vector.
@@ -209,6 +274,9 @@ impl Driver {
         let actions = std::mem::take(&mut out.actions);
         for a in actions {
             if let Action::PostRecv { rail, slot } = a {
+                if rail.0 == self.local_id {
+                    continue;
+                }
                 match self.post_recv(rail, slot) {
                     Ok(()) => {}
                     Err(PostError::Again) => {
@@ -237,6 +305,12 @@ impl Driver {
         let mut i = 0;
         while let Some(&a) = out.actions.get(i) {
             i += 1;
+            if self.local_id != NO_LOCAL && shm::rail_of(&a) == Some(RailId(self.local_id)) {
+                if let Some(l) = self.local.as_mut() {
+                    l.execute(a, core, out);
+                    continue;
+                }
+            }
             // The two actions of every message are handled inline; the
             // rest out of line.
             let (what, r) = match a {
@@ -591,6 +665,16 @@ impl Driver {
             let rail = RailId(r as u8);
             if core.rail_needs_poll(rail) {
                 total += self.poll_rail(rail, core, out);
+            }
+        }
+        if let Some(l) = self.local.as_mut() {
+            let rail = RailId(self.local_id);
+            if core.rail_needs_poll(rail) {
+                let n = l.poll(rail, core, out);
+                if n > 0 {
+                    self.execute(core, out);
+                }
+                total += n;
             }
         }
         total
