@@ -457,7 +457,10 @@ mod tests {
         assert!(shm_wanted(ShmMode::Auto, "sockets"));
         assert!(!shm_wanted(ShmMode::Auto, "efa"));
         assert!(shm_wanted(ShmMode::Libfabric, "efa"));
-        assert!(!shm_wanted(ShmMode::On, "tcp;ofi_rxm"), "on is our own rail");
+        assert!(
+            !shm_wanted(ShmMode::On, "tcp;ofi_rxm"),
+            "on is our own rail"
+        );
         assert!(!shm_wanted(ShmMode::Off, "tcp;ofi_rxm"));
         assert!(
             !shm_wanted(ShmMode::Libfabric, "shm"),

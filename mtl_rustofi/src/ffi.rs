@@ -404,13 +404,12 @@ pub unsafe extern "C" fn rustofi_init(
         };
         // Our own shared-memory rail: the ranks of this job on this host.
         let local_size = env_count("OMPI_COMM_WORLD_LOCAL_SIZE").unwrap_or(1) as usize;
-        let local = config::local_wanted(shm_mode, local_size).then(|| {
-            crate::driver::shm::LocalJob {
+        let local =
+            config::local_wanted(shm_mode, local_size).then_some(crate::driver::shm::LocalJob {
                 jobid: (cfg.my_name >> 32) as u32,
                 rank: pick.local_rank,
                 size: local_size,
-            }
-        });
+            });
         let same = crate::driver::SameHost {
             local,
             local_required: shm_mode == config::ShmMode::On,

@@ -121,7 +121,8 @@ impl Driver {
                 crate::log::error(&format!(
                     "the shared-memory rail cannot be opened ({e}); same-host peers use {} \
                      (set mtl_rustofi_shm = libfabric or off to silence this)",
-                    same.shm.map_or(rails[0].profile.provider.as_str(), |_| "libfabric's shm")
+                    same.shm
+                        .map_or(rails[0].profile.provider.as_str(), |_| "libfabric's shm")
                 ));
                 None
             }
@@ -207,7 +208,9 @@ impl Driver {
 
     pub(crate) fn profiles(&self) -> Vec<RailProfile> {
         let fabric = self.rails.iter().map(|r| r.profile.clone());
-        fabric.chain(self.local.iter().map(|l| l.profile.clone())).collect()
+        fabric
+            .chain(self.local.iter().map(|l| l.profile.clone()))
+            .collect()
     }
 
     /// Our own shared-memory rail, if open.

@@ -43,7 +43,9 @@ pub(crate) fn check_peer(pid: u32, addr: u64) -> Result<(), String> {
     // SAFETY: `local` is our own 8-byte variable.
     match unsafe { read(pid, local, addr) } {
         Ok(()) if v == PROBE => Ok(()),
-        Ok(()) => Err(format!("process {pid} holds no rustofi probe word at 0x{addr:x}")),
+        Ok(()) => Err(format!(
+            "process {pid} holds no rustofi probe word at 0x{addr:x}"
+        )),
         Err(e) => Err(format!(
             "process_vm_readv from process {pid}: {}",
             std::io::Error::from_raw_os_error(e)
@@ -71,7 +73,9 @@ pub(crate) unsafe fn read(pid: u32, local: Region, remote: u64) -> Result<(), i3
         // kernel checks the remote one against the peer's mappings.
         let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &l, 1, &r, 1, 0) };
         if n < 0 {
-            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO));
         }
         if n == 0 {
             return Err(libc::EFAULT);
@@ -96,7 +100,8 @@ mod tests {
     fn reads_own_memory_and_reports_a_bad_address() {
         // SAFETY: getpid has no preconditions.
         let me = unsafe { libc::getpid() } as u32;
-        probe().expect("cross-memory attach works on the test machines (root or ptrace_scope <= 1)");
+        probe()
+            .expect("cross-memory attach works on the test machines (root or ptrace_scope <= 1)");
         let src = vec![7u8; 100_000];
         let mut dst = vec![0u8; 100_000];
         let local = Region {

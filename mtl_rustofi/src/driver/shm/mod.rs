@@ -239,7 +239,8 @@ impl ShmRail {
             tx: Producer::new(self.seg.ring(self.job.rank, r)),
             full: 0,
         });
-        self.rx.push((r, Consumer::new(self.seg.ring(r, self.job.rank))));
+        self.rx
+            .push((r, Consumer::new(self.seg.ring(r, self.job.rank))));
         Ok(FiAddr(r as u64))
     }
 

@@ -327,14 +327,13 @@ pub(crate) mod heap {
             &self.tail
         }
         unsafe fn write(&self, cell: usize, parts: &[&[u8]]) {
-            let mut off = cell * CELL + WORD;
-            for b in parts.iter().flat_map(|p| p.iter()) {
+            let bytes = parts.iter().flat_map(|p| p.iter());
+            for (off, b) in (cell * CELL + WORD..).zip(bytes) {
                 self.data[off / CELL].with_mut(|d| {
                     // SAFETY: the cell is the producer's (the ring protocol,
                     // which loom checks through this access).
                     unsafe { (*d)[off % CELL] = *b }
                 });
-                off += 1;
             }
         }
         unsafe fn read<R>(&self, cell: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
