@@ -273,9 +273,10 @@ pub(crate) fn shm_wanted(mode: ShmMode, provider: &str) -> bool {
 
 /// Whether to open our own shared-memory rail (`auto` and `on`, under
 /// every network provider, efa included) for `local_size` ranks of the job
-/// on this host: not for one (nobody to reach).
+/// on this host (a rank alone on its host still sends to itself through
+/// it).
 pub(crate) fn local_wanted(mode: ShmMode, local_size: usize) -> bool {
-    matches!(mode, ShmMode::Auto | ShmMode::On) && local_size > 1
+    matches!(mode, ShmMode::Auto | ShmMode::On) && local_size >= 1
 }
 
 /// The entry of the shm provider among `candidates`, if it is offered.
@@ -470,7 +471,8 @@ mod tests {
         // another local rank.
         assert!(local_wanted(ShmMode::Auto, 2));
         assert!(local_wanted(ShmMode::On, 4));
-        assert!(!local_wanted(ShmMode::Auto, 1));
+        assert!(local_wanted(ShmMode::Auto, 1), "a rank alone sends to itself");
+        assert!(!local_wanted(ShmMode::Auto, 0));
         assert!(!local_wanted(ShmMode::Libfabric, 4));
         assert!(!local_wanted(ShmMode::Off, 4));
     }

@@ -165,12 +165,15 @@ fn shm() -> RailProfile {
 }
 
 /// The component's own shared-memory rail as the core sees it
-/// (`driver/shm`): one receive slot, every packet (header and zero-copy
-/// payload alike) copied into the ring at once like an inject, no
-/// registration (keys are pids, addresses virtual), reads of large chunks
-/// (cross-memory attach), queue depth never the limit (a full ring is
-/// `Again`, which the fault sets exercise). With `msg`, cross-memory attach
-/// is not permitted and large messages go as data packets.
+/// (`driver/shm`): every packet (header and zero-copy payload alike)
+/// copied into the ring at once like an inject, no registration (keys are
+/// pids, addresses virtual), reads of large chunks (cross-memory attach),
+/// queue depth never the limit (a full ring is `Again`, which the fault
+/// sets exercise). The real rail has one receive slot that the core hands
+/// back after each packet while the ring holds the next ones; the
+/// simulated provider delivers a packet only into a posted buffer, so the
+/// ring's capacity is modelled as 16 of them. With `msg`, cross-memory
+/// attach is not permitted and large messages go as data packets.
 fn local(msg: bool) -> RailProfile {
     let eager = 8192;
     RailProfile {
@@ -189,7 +192,7 @@ fn local(msg: bool) -> RailProfile {
             false,
             4 << 20,
             1 << 20,
-            1,
+            16,
         )
     }
 }

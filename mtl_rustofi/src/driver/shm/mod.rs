@@ -403,7 +403,10 @@ pub(crate) const DEFAULT_EAGER: usize = 8192;
 const CMA_CHUNK: usize = 4 << 20;
 
 #[cfg(all(test, not(loom)))]
-mod tests {
+mod tests;
+
+#[cfg(all(test, not(loom)))]
+mod addr_tests {
     use super::*;
 
     #[test]
