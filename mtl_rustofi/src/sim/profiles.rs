@@ -172,8 +172,10 @@ fn shm() -> RailProfile {
 /// sets exercise). The real rail has one receive slot that the core hands
 /// back after each packet while the ring holds the next ones; the
 /// simulated provider delivers a packet only into a posted buffer, so the
-/// ring's capacity is modelled as 16 of them. With `msg`, cross-memory
-/// attach is not permitted and large messages go as data packets.
+/// ring's capacity is modelled as 16 of them. Reads go in 64 KiB chunks
+/// here (the driver's are 4 MiB) so that multi-chunk transfers stay small
+/// enough to check quickly. With `msg`, cross-memory attach is not
+/// permitted and large messages go as data packets.
 fn local(msg: bool) -> RailProfile {
     let eager = 8192;
     RailProfile {
@@ -190,7 +192,7 @@ fn local(msg: bool) -> RailProfile {
             true,
             !msg,
             false,
-            4 << 20,
+            64 << 10,
             1 << 20,
             16,
         )
