@@ -4,6 +4,11 @@
 # mpicc is first on PATH.
 #   build/link.sh <libmtl_rustofi.a> <output.so>
 #   LINK_FLAGS   extra flags for the link (tests/asan.sh: -fsanitize=address)
+# The component is linked -z nodelete: Open MPI's memory hooks call our
+# release callback without holding their lock, so a thread may still be
+# inside it after finalize unregistered it and Open MPI dlclose()d the
+# component; with nodelete its code (and the never-freed release ring it
+# pushes on) stays mapped until the process exits.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 lib=$1
@@ -21,6 +26,7 @@ link() { # output, Open MPI libraries and flags...
     -Wl,--version-script="$here/../config/exports.map" \
     -Wl,-u,mca_mtl_rustofi_component \
     -Wl,--gc-sections \
+    -Wl,-z,nodelete \
     "$lib" \
     -L"$ompi_libdir" "$@" -lfabric \
     -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc

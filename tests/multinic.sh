@@ -20,6 +20,12 @@
 #              the median aggregate over ROUNDS rounds with the ranks spread
 #              over both NICs is at least 1.7x the one with every rank on
 #              eth0 (mtl_rustofi_nic eth0): each NIC adds its link's worth.
+#   stripe_bw  one pair (0 on rn1, 1 on rn2, both on eth0) moves 64 MiB:
+#              with striping (the default: eth1 is a stripe NIC of both),
+#              the median bandwidth over ROUNDS rounds is at least 1.7x the
+#              one with mtl_rustofi_stripe 1; the counter lines name eth1
+#              as the stripe NIC and the receiver read through it, and
+#              rn2's eth1 received at least a third of the data.
 #
 #   tests/multinic.sh       (root; RATE=400mbit ROUNDS=5 override)
 #
@@ -90,7 +96,8 @@ if ((OMPI_MAJOR >= 5)); then
 else
     RTE_MCA=--mca PLM_AGENT=plm_rsh_agent
 fi
-# run_mpi OUT ARGS...: mpirun inside rn1 (hostname rn1), 4 ranks, 2 per host.
+# run_mpi OUT ARGS...: mpirun inside rn1 (hostname rn1), NP ranks (default
+# 4), spread over the hosts one by one.
 # The four ranks share the machine's two cores (and other jobs'), so idle
 # ranks yield: a rank spinning in a wait would otherwise starve the pair
 # whose transfer it waits for, and the run would measure the CPU, not the
@@ -101,7 +108,7 @@ run_mpi() {
     timeout -k 10 "$RUN_TIMEOUT" \
         ip netns exec "${HOSTS[0]}" unshare --uts \
         sh -c 'hostname "$0" && exec "$@"' "${HOSTS[0]}" \
-        mpirun -np 4 --hostfile "$tmp/hostfile" --bind-to none \
+        mpirun -np "${NP:-4}" --hostfile "$tmp/hostfile" --bind-to none \
         --map-by node --oversubscribe \
         "$RTE_MCA" "$PLM_AGENT" "$AGENT" \
         "$RTE_MCA" oob_tcp_if_include eth0 --mca mpi_yield_when_idle 1 \
@@ -253,6 +260,38 @@ if run_ok spread_bw "$one" --mca mtl_rustofi_nic eth0 "$BUILD_DIR/nic_bw" $((64 
         else
             fail spread_bw "$msg, expected at least ${MIN_RATIO}x"
             grep '^RESULT' "$one" "$two"
+        fi
+    fi
+fi
+
+# stripe_bw: one pair, striped over both NICs and kept on eth0.
+one="$tmp/stripe-off.out" two="$tmp/stripe-on.out"
+if NP=2 run_ok stripe_bw "$one" --mca mtl_rustofi_stripe 1 "$BUILD_DIR/nic_bw" $((64 * MIB)) "$ROUNDS" &&
+    rx1=$(rn2_rx eth1) &&
+    NP=2 run_ok stripe_bw "$two" --mca mtl_rustofi_verbose 1 "$BUILD_DIR/nic_bw" $((64 * MIB)) "$ROUNDS"; then
+    d1=$(($(rn2_rx eth1) - rx1))
+    m1=$(median_of "$one")
+    m2=$(median_of "$two")
+    recv_line=$(counter_lines "$two" | awk "$COUNTERS_AWK"'
+        counter_fields(f) && f["rank"] == 1 { print counter_line }')
+    stripe_nics=$(counter_field "$recv_line" stripe_nics)
+    stripe_rx=$(counter_field "$recv_line" stripe_rx_bytes)
+    want_rx=$((64 * MIB * ROUNDS / 3))
+    if [ -z "$m1" ] || [ -z "$m2" ]; then
+        fail stripe_bw "no RESULT line (unstriped: '${m1}', striped: '${m2}')"
+    elif [ "$stripe_nics" != eth1 ]; then
+        fail stripe_bw "the receiver's counter line names stripe NICs '${stripe_nics:-none}', expected eth1"
+        show_tail stripe_bw "$two"
+    elif [ "${stripe_rx:-0}" -lt "$want_rx" ] || [ "$d1" -lt "$want_rx" ]; then
+        fail stripe_bw "the receiver read ${stripe_rx:-0} bytes through eth1 (rn2 eth1 rx +$d1), expected at least $want_rx"
+        show_tail stripe_bw "$two"
+    else
+        ratio=$(awk -v a="$m2" -v b="$m1" 'BEGIN { printf "%.2f", a / b }')
+        msg="1 pair x 64 MiB, tbf $RATE per NIC, median of $ROUNDS: one NIC $m1 MB/s, striped $m2 MB/s, ${ratio}x; receiver read $stripe_rx bytes through eth1"
+        if awk -v r="$ratio" -v m="$MIN_RATIO" 'BEGIN { exit !(r >= m) }'; then
+            ok "stripe_bw ($msg)"
+        else
+            fail stripe_bw "$msg, expected at least ${MIN_RATIO}x"
         fi
     fi
 fi

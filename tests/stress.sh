@@ -12,17 +12,19 @@
 #                    broken test from a broken component)
 #   --ob1-only       run only on pml ob1
 #   --timeout-scale N  multiply the timeouts by N (default 1)
+#   --provider P     libfabric provider rustofi runs on (default tcp; udp,
+#                    shm and sockets too)
 #   -- ARGS          passed to the program (e.g. --wild-mode anysrc,
 #                    --max-size 8192, --threads 2; see the program's header)
 #
 # Each run is one mpirun under `timeout` (a hang is a failure):
 #   mpirun -np N --bind-to none --mca mtl rustofi
-#          --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_verbose 1
-#          [--mca mtl_rustofi_shm off  at np 2: tcp carries the traffic; at
+#          --mca mtl_rustofi_provider_include P --mca mtl_rustofi_verbose 1
+#          [--mca mtl_rustofi_shm off  at np 2: P carries the traffic; at
 #           np > 2 the default shm rail does]
 # and passes when mpirun exits 0, nothing printed "FAIL:", rank 0 printed
 # "PASS stress_threads ...", and (rustofi) every rank printed its
-# "rustofi: rank=..." counter line on tcp with errors=0, with
+# "rustofi: rank=..." counter line on P with errors=0, with
 # sum(sent_msgs) == sum(recv_msgs) and sum(sent_bytes) == sum(recv_bytes).
 #
 # Timeouts are about 3x the time measured on a 2-core Debian 12 VM shared
@@ -58,6 +60,7 @@ SEED=""
 RUN_RUSTOFI=1
 RUN_OB1=0
 TIMEOUT_SCALE=1
+PROVIDER=tcp
 PROG_ARGS=()
 read -r -a EXTRA_ARGS <<<"${MPIRUN_EXTRA_ARGS:-}"
 
@@ -72,6 +75,7 @@ while (($#)); do
         --ob1) RUN_OB1=1; shift ;;
         --ob1-only) RUN_OB1=1; RUN_RUSTOFI=0; shift ;;
         --timeout-scale) TIMEOUT_SCALE=$2; shift 2 ;;
+        --provider) PROVIDER=$2; shift 2 ;;
         -h | --help) usage; exit 0 ;;
         --) shift; PROG_ARGS=("$@"); break ;;
         *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -131,13 +135,13 @@ rank_files() { # log kind(stdout|stderr)
 check_counters() { # log np
     local -a files
     mapfile -t files < <(rank_files "$1" stderr)
-    awk -v np="$2" "$COUNTERS_AWK"'
+    awk -v np="$2" -v prov="$PROVIDER" "$COUNTERS_AWK"'
     {
         if (!counter_fields(f)) next
         r = f["rank"]
         if (r in seen) { bad = bad "rank " r " printed two counter lines; " }
         seen[r] = 1
-        if (f["provider"] !~ /^tcp/) bad = bad "rank " r " provider=" f["provider"] "; "
+        if (index(f["provider"], prov) != 1) bad = bad "rank " r " provider=" f["provider"] "; "
         if (f["errors"] != "0") bad = bad "rank " r " errors=" f["errors"] "; "
         if (f["sent_msgs"] + 0 == 0 || f["recv_msgs"] + 0 == 0)
             bad = bad "rank " r " carried no traffic; "
@@ -184,7 +188,7 @@ run_one() { # pml np run seed
     if [[ $pml == ob1 ]]; then
         cmd+=(--mca pml ob1)
     else
-        cmd+=(--mca mtl rustofi --mca mtl_rustofi_provider_include tcp
+        cmd+=(--mca mtl rustofi --mca mtl_rustofi_provider_include "$PROVIDER"
             --mca mtl_rustofi_verbose 1)
         ((np > 2)) || cmd+=(--mca mtl_rustofi_shm off)
     fi

@@ -127,6 +127,8 @@ ASSERT_FIELD(RustofiConfig, mr_cache_size, RUSTOFI_LAYOUT_CONFIG_MR_CACHE_SIZE);
 ASSERT_FIELD(RustofiConfig, mem_hooks, RUSTOFI_LAYOUT_CONFIG_MEM_HOOKS);
 ASSERT_FIELD(RustofiConfig, tagged, RUSTOFI_LAYOUT_CONFIG_TAGGED);
 ASSERT_FIELD(RustofiConfig, priority, RUSTOFI_LAYOUT_CONFIG_PRIORITY);
+ASSERT_FIELD(RustofiConfig, stripe, RUSTOFI_LAYOUT_CONFIG_STRIPE);
+ASSERT_FIELD(RustofiConfig, stripe_min, RUSTOFI_LAYOUT_CONFIG_STRIPE_MIN);
 _Static_assert(sizeof(RustofiConfig) == RUSTOFI_LAYOUT_CONFIG_SIZE,
                "size of RustofiConfig differs from ffi.rs");
 
@@ -142,6 +144,8 @@ static long param_eager_limit = -1;
 static long param_verbose = 0;
 static long param_coalesce = 1;
 static long param_mr_cache_size = 64;
+static long param_stripe = 0;
+static long param_stripe_min = 1L << 20;
 static long param_rndv_chunk = 64L * 1024 * 1024;
 static long param_rx_buffers = 256;
 static int idx_include = -1;
@@ -295,6 +299,16 @@ static int rustofi_component_register(void)
              "reuse, least recently used evicted first (0: register every transfer). Active only "
              "where Open MPI's memory hooks report munmap and free",
              OPAL_INFO_LVL_4, &param_mr_cache_size);
+    reg_long("stripe",
+             "Most NICs a large read rendezvous spreads over, the rank's own NIC included: "
+             "1 keeps every transfer on the rank's own NIC; 0 (default) uses every NIC of the "
+             "provider as near to the rank as its own (one endpoint per NIC). A peer is read "
+             "through the NICs both ranks have besides their own",
+             OPAL_INFO_LVL_4, &param_stripe);
+    reg_long("stripe_min",
+             "Smallest read rendezvous, in bytes, spread over several NICs (see "
+             "mtl_rustofi_stripe)",
+             OPAL_INFO_LVL_5, &param_stripe_min);
     reg_long("rx_buffers", "Receive bounce buffers kept posted", OPAL_INFO_LVL_5,
              &param_rx_buffers);
     /* enumerated parameters (rndv_protocol, shm, fault_inject) and the
@@ -569,6 +583,10 @@ static bool mem_hooks_start(void)
     return mem_hooks_registered;
 }
 
+/* Unregistering does not wait for a callback already running in another
+ * thread (Open MPI drops its lock around each call): the component is
+ * linked -z nodelete (build/link.sh), so that callback's code stays mapped
+ * after dlclose, and what it pushes on is never freed. */
 static void mem_hooks_stop(void)
 {
     if (mem_hooks_registered) {
@@ -602,6 +620,8 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
         .rank = (int64_t) OMPI_PROC_MY_NAME->vpid,
         .nic = param_nic,
         .mr_cache_size = param_mr_cache_size,
+        .stripe = param_stripe,
+        .stripe_min = param_stripe_min,
         .mem_hooks = mem_hooks_start(),
         .tagged = rustofi_enum_text(RUSTOFI_ENUM_TAGGED),
     };

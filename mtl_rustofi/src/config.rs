@@ -65,6 +65,11 @@ pub(crate) struct Settings {
     pub coalesce: bool,
     /// Most unused registrations of user buffers kept for reuse (0: none).
     pub mr_cache: usize,
+    /// Most NICs a large read rendezvous spreads over, the rank's own
+    /// included (`None`: every NIC as near as its own; 1: no striping).
+    pub stripe: Option<usize>,
+    /// Read rendezvous of at least this many bytes stripe.
+    pub stripe_min: usize,
     /// The user named this component (`--mca mtl rustofi`) or set its
     /// provider list: software providers may then be used.
     pub explicit: bool,
@@ -97,6 +102,8 @@ pub(crate) struct RawParams<'a> {
     pub shm: Option<&'a str>,
     pub coalesce: i64,
     pub mr_cache_size: i64,
+    pub stripe: i64,
+    pub stripe_min: i64,
     pub priority: i64,
     pub named: bool,
     /// The text of numeric values as the user wrote them, where known
@@ -176,6 +183,8 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     let verbose = num("verbose", p.verbose)?;
     let coalesce = num("coalesce", p.coalesce)?;
     let mr_cache_size = num("mr_cache_size", p.mr_cache_size)?;
+    let stripe = num("stripe", p.stripe)?;
+    let stripe_min = num("stripe_min", p.stripe_min)?;
     let rndv = match p.rndv_protocol.unwrap_or("auto").trim() {
         "" | "auto" => RndvProtocol::Auto,
         "read" => RndvProtocol::Read,
@@ -242,6 +251,8 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         shm,
         coalesce: coalesce == 1,
         mr_cache: mr_cache_size as usize,
+        stripe: (stripe != 0).then_some(stripe as usize),
+        stripe_min: stripe_min as usize,
         explicit: p.named || p.include_set,
         one_host: false,
     })
@@ -389,6 +400,7 @@ mod tests {
             eager_limit: EAGER_AUTO,
             coalesce: 1,
             mr_cache_size: 64,
+            stripe_min: 1 << 20,
             priority: 25,
             chunk: 1 << 26,
             rx_buffers: 256,
@@ -471,7 +483,10 @@ mod tests {
         // another local rank.
         assert!(local_wanted(ShmMode::Auto, 2));
         assert!(local_wanted(ShmMode::On, 4));
-        assert!(local_wanted(ShmMode::Auto, 1), "a rank alone sends to itself");
+        assert!(
+            local_wanted(ShmMode::Auto, 1),
+            "a rank alone sends to itself"
+        );
         assert!(!local_wanted(ShmMode::Auto, 0));
         assert!(!local_wanted(ShmMode::Libfabric, 4));
         assert!(!local_wanted(ShmMode::Off, 4));

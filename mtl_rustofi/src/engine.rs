@@ -58,6 +58,8 @@ pub(crate) struct Engine {
     pub(crate) provider: String,
     /// The network provider's domain (NIC) this rank uses.
     pub(crate) nic: String,
+    /// The NICs of its stripe endpoints (empty: no striping).
+    pub(crate) stripe_nics: Vec<String>,
     pub(crate) caps: Caps,
     pub(crate) settings: Settings,
     stats: Arc<Stats>,
@@ -70,16 +72,23 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    /// Opens the network provider at `index` of `list` and, as `same`
-    /// says, a rail for same-host peers beside it.
+    /// Opens the network provider at `index` of `list`, as `same` says a
+    /// rail for same-host peers beside it, and a stripe endpoint on each
+    /// entry of `stripes` (other NICs of the provider).
     pub(crate) fn open(
         list: InfoList,
         index: usize,
         same: SameHost,
+        stripes: &[usize],
         settings: Settings,
         my_name: u64,
     ) -> Result<Engine, EngineError> {
-        let mut driver = Driver::open(&list, index, same, &settings)?;
+        let mut driver = Driver::open(&list, index, same, stripes, &settings)?;
+        let stripe_nics: Vec<String> = driver
+            .stripe_rails()
+            .into_iter()
+            .map(|(_, nic)| nic.to_string())
+            .collect();
         let nic = list
             .iter()
             .nth(index)
@@ -92,8 +101,12 @@ impl Engine {
             my_name,
             coalesce: settings.coalesce,
             fault: settings.fault,
-            // The driver opens no stripe endpoints: nothing to stripe over.
-            stripe_min: 0,
+            // Without stripe endpoints there is nothing to stripe over.
+            stripe_min: if stripe_nics.is_empty() {
+                0
+            } else {
+                settings.stripe_min
+            },
         };
         let mut core = Core::new(cfg, profiles.clone(), stats.clone());
         let mut out = Out::new();
@@ -101,22 +114,15 @@ impl Engine {
         let names = driver.names()?;
         let shm_segment = names
             .iter()
-            .find(|(kind, _, _)| *kind == RailKind::Shm)
-            .and_then(|(_, _, addr)| crate::shmfile::segment_path(addr))
+            .find(|r| r.kind == RailKind::Shm)
+            .and_then(|r| crate::shmfile::segment_path(&r.addr))
             .or_else(|| driver.local().map(|l| l.path().to_string()));
-        let rails = names
-            .into_iter()
-            .map(|(kind, max_eager, addr)| wire::RailAddr {
-                kind,
-                max_eager: max_eager as u32,
-                addr,
-            })
-            .collect();
-        let modex = wire::PeerInfo { rails }.encode();
+        let modex = wire::PeerInfo { rails: names }.encode();
         let net = &profiles[0];
         Ok(Engine {
             provider: net.provider.clone(),
             nic,
+            stripe_nics,
             caps: driver.caps(RailId(0)),
             rndv: if net.rndv_read {
                 "read"
@@ -415,7 +421,7 @@ impl Engine {
             "rustofi: rank={rank} provider={} nic={} shm={} net_peers={} shm_peers={} sent_msgs={} \
              sent_bytes={} recv_msgs={} recv_bytes={} eager={} rndv={} unexpected={} errors={} \
              coalesced={} mr_reg={} mr_hits={} net_tx_bytes={} net_rx_bytes={} shm_tx_bytes={} \
-             shm_rx_bytes={}",
+             shm_rx_bytes={} stripe_nics={} striped={} stripe_rx_bytes={}",
             self.provider,
             self.nic,
             self.shm_provider().unwrap_or("off"),
@@ -436,6 +442,13 @@ impl Engine {
             g(&s.net_rx_bytes),
             g(&s.shm_tx_bytes),
             g(&s.shm_rx_bytes),
+            if self.stripe_nics.is_empty() {
+                "none".to_string()
+            } else {
+                self.stripe_nics.join(",")
+            },
+            g(&s.striped),
+            g(&s.stripe_bytes),
         )
     }
 }
@@ -600,7 +613,39 @@ fn add_peer(st: &mut State, name: u64, modex: &[u8], local: bool) -> Result<usiz
     let p = st
         .core
         .add_peer(name, rail, addr, remote.max_eager as usize);
+    if rail == RailId(0) {
+        add_stripes(st, p, &info)?;
+    }
     Ok(p.handle())
+}
+
+/// Pairs a network peer's stripe endpoints with ours: the NICs both
+/// ranks have stripe endpoints on (neither side's own NIC), in name order,
+/// so that both sides list the same pairs in the same order (a striped
+/// RTS names the sender's buffer on each pair's endpoint by position).
+fn add_stripes(st: &mut State, peer: PeerId, info: &wire::PeerInfo) -> Result<(), EngineError> {
+    let mut pairs: Vec<(RailId, String, &[u8])> = st
+        .driver
+        .stripe_rails()
+        .into_iter()
+        .filter_map(|(rail, nic)| {
+            info.rails
+                .iter()
+                .find(|r| r.kind == RailKind::Stripe && r.nic == nic)
+                .map(|r| (rail, nic.to_string(), r.addr.as_slice()))
+        })
+        .collect();
+    pairs.sort_by(|a, b| a.1.cmp(&b.1));
+    tracing::debug!(
+        peer = peer.0,
+        pairs = pairs.len(),
+        "stripe endpoints paired"
+    );
+    for (index, (rail, _, remote)) in pairs.into_iter().enumerate() {
+        let addr = st.driver.insert_peer(rail, remote)?;
+        st.core.add_stripe(peer, index, rail, addr);
+    }
+    Ok(())
 }
 
 impl Drop for Engine {

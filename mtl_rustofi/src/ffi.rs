@@ -55,6 +55,10 @@ pub struct RustofiConfig {
     pub tagged: *const c_char,
     /// MCA `priority`, range-checked with the others.
     pub priority: i64,
+    /// Most NICs a large read rendezvous spreads over (0: all near ones).
+    pub stripe: i64,
+    /// Smallest read rendezvous that stripes, in bytes.
+    pub stripe_min: i64,
 }
 
 /// Completion entry points of the shim.
@@ -277,6 +281,8 @@ pub unsafe extern "C" fn rustofi_init(
             shm: opt_str(cfg.shm),
             coalesce: cfg.coalesce,
             mr_cache_size: cfg.mr_cache_size,
+            stripe: cfg.stripe,
+            stripe_min: cfg.stripe_min,
             priority: cfg.priority,
             named: cfg.named,
             // Open MPI converts leniently ("abc" is 0, digits beyond 64 bits
@@ -373,7 +379,13 @@ pub unsafe extern "C" fn rustofi_init(
         };
         tracing::info!(provider = %names[index], "provider selected");
         let verbose = settings.verbose;
-        let pick = match crate::topo::pick_nic(&list, &names[index], &settings.nic) {
+        // Every rank on this host: no peer is reached over a NIC.
+        let stripe = if settings.one_host {
+            Some(1)
+        } else {
+            settings.stripe
+        };
+        let pick = match crate::topo::pick_nic(&list, &names[index], &settings.nic, stripe) {
             Ok(p) => p,
             Err(e) => {
                 crate::log::error(&format!("{}: {e}; the component is disabled", names[index]));
@@ -416,7 +428,9 @@ pub unsafe extern "C" fn rustofi_init(
             shm,
             shm_required: shm_mode == config::ShmMode::Libfabric,
         };
-        let mut engine = match Engine::open(list, index, same, settings, cfg.my_name) {
+        let stripe_entries: Vec<usize> = pick.stripes.iter().map(|s| s.1).collect();
+        let opened = Engine::open(list, index, same, &stripe_entries, settings, cfg.my_name);
+        let mut engine = match opened {
             Ok(e) => e,
             Err(e) => {
                 crate::log::problem(
@@ -429,12 +443,17 @@ pub unsafe extern "C" fn rustofi_init(
         if verbose > 1 {
             crate::log::info(&format!(
                 "rustofi: opened rank={} provider={} nic={} local_rank={} near_nics={} \
-                 nic_distance={} shm={} rma={} rndv={} caps={:?}",
+                 stripe_nics={} nic_distance={} shm={} rma={} rndv={} caps={:?}",
                 cfg.rank,
                 engine.provider,
                 engine.nic,
                 pick.local_rank,
                 pick.near.join(","),
+                if engine.stripe_nics.is_empty() {
+                    "none".to_string()
+                } else {
+                    engine.stripe_nics.join(",")
+                },
                 pick.distance
                     .map_or("unknown".to_string(), |d| d.to_string()),
                 engine.shm_provider().unwrap_or("off"),
@@ -997,7 +1016,9 @@ pub const RUSTOFI_LAYOUT_CONFIG_MR_CACHE_SIZE: usize = 128;
 pub const RUSTOFI_LAYOUT_CONFIG_MEM_HOOKS: usize = 136;
 pub const RUSTOFI_LAYOUT_CONFIG_TAGGED: usize = 144;
 pub const RUSTOFI_LAYOUT_CONFIG_PRIORITY: usize = 152;
-pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 160;
+pub const RUSTOFI_LAYOUT_CONFIG_STRIPE: usize = 160;
+pub const RUSTOFI_LAYOUT_CONFIG_STRIPE_MIN: usize = 168;
+pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 176;
 
 /// Asserts at compile time that `$ty` has size `$size` and each listed
 /// field has the given offset and size (every field must be listed: the
@@ -1065,4 +1086,6 @@ assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 28;
     mem_hooks: bool = RUSTOFI_LAYOUT_CONFIG_MEM_HOOKS,
     tagged: *const c_char = RUSTOFI_LAYOUT_CONFIG_TAGGED,
     priority: i64 = RUSTOFI_LAYOUT_CONFIG_PRIORITY,
+    stripe: i64 = RUSTOFI_LAYOUT_CONFIG_STRIPE,
+    stripe_min: i64 = RUSTOFI_LAYOUT_CONFIG_STRIPE_MIN,
 );

@@ -384,6 +384,7 @@ mod tests {
                 kind: RailKind::Net,
                 max_eager: 8192,
                 addr: vec![1, 2, 3],
+                nic: String::new(),
             }],
         };
         peer_info(&p.encode());

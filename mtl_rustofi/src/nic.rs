@@ -168,6 +168,22 @@ pub(crate) fn choose(nics: &[Nic], wanted: &[String], local_rank: usize) -> Resu
     })
 }
 
+/// The NICs a striped rendezvous uses besides the chosen one: the rest of
+/// the near set in its order, at most `stripe - 1` of them (`None`: all)
+/// and never more than a striped RTS can name.
+pub(crate) fn stripe_nics(c: &Choice, stripe: Option<usize>) -> Vec<usize> {
+    let most = stripe
+        .unwrap_or(usize::MAX)
+        .saturating_sub(1)
+        .min(crate::wire::MAX_STRIPES);
+    c.near
+        .iter()
+        .copied()
+        .filter(|&i| i != c.chosen)
+        .take(most)
+        .collect()
+}
+
 /// The NICs' names in name order, comma-separated, for messages.
 pub(crate) fn names(nics: &[Nic]) -> String {
     let mut v: Vec<&str> = nics.iter().map(|n| n.name.as_str()).collect();
@@ -267,6 +283,28 @@ mod tests {
     fn loopback_alone_is_used() {
         let nics = [nic("lo", None)];
         assert_eq!(choose(&nics, &[], 3).unwrap().chosen, 0);
+    }
+
+    #[test]
+    fn stripes_are_the_other_near_nics_up_to_the_limit() {
+        let nics = [
+            nic("rdmap0", Some(2)),
+            nic("rdmap1", Some(0)),
+            nic("rdmap2", Some(0)),
+            nic("rdmap3", Some(0)),
+        ];
+        let c = choose(&nics, &[], 1).unwrap();
+        assert_eq!(c.chosen, 2);
+        assert_eq!(stripe_nics(&c, None), vec![1, 3]);
+        assert_eq!(stripe_nics(&c, Some(2)), vec![1]);
+        assert_eq!(stripe_nics(&c, Some(1)), Vec::<usize>::new());
+        // A lone NIC has nothing to stripe over.
+        let one = choose(&nics[..1], &[], 0).unwrap();
+        assert!(stripe_nics(&one, None).is_empty());
+        // Never more than an RTS can name.
+        let many: Vec<Nic> = (0..12).map(|i| nic(&format!("n{i:02}"), None)).collect();
+        let c = choose(&many, &[], 0).unwrap();
+        assert_eq!(stripe_nics(&c, None).len(), crate::wire::MAX_STRIPES);
     }
 
     #[test]

@@ -46,6 +46,11 @@ pub(crate) const NUMERIC: &[NumericParam] = &[
     param("rx_buffers", 8, 65536, ""),
     param("coalesce", 0, 1, ""),
     param("mr_cache_size", 0, 65536, ""),
+    NumericParam {
+        special: Some((0, "for every NIC as near as the rank's own")),
+        ..param("stripe", 1, crate::wire::MAX_STRIPES as i64 + 1, "NICs")
+    },
+    param("stripe_min", 4096, 1 << 40, "bytes"),
 ];
 
 /// The entry of parameter `name`.

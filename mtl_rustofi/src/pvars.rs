@@ -48,6 +48,8 @@ pub(crate) const PVARS: &[Pvar] = &[
     Pvar { name: c"net_rx_bytes", desc: c"Bytes the network provider's rail received (packets that arrived, rendezvous data read or received)", class: Counter, read: |s| &s.net_rx_bytes },
     Pvar { name: c"shm_tx_bytes", desc: c"Bytes the shm rail sent (packets with their headers, rendezvous data)", class: Counter, read: |s| &s.shm_tx_bytes },
     Pvar { name: c"shm_rx_bytes", desc: c"Bytes the shm rail received (packets that arrived, rendezvous data read or received)", class: Counter, read: |s| &s.shm_rx_bytes },
+    Pvar { name: c"striped", desc: c"Read rendezvous this rank sent striped over several NICs", class: Counter, read: |s| &s.striped },
+    Pvar { name: c"stripe_rx_bytes", desc: c"Bytes this rank read through its stripe endpoints (NICs besides its own)", class: Counter, read: |s| &s.stripe_bytes },
     Pvar { name: c"net_peers", desc: c"Peers (this rank included) reached through the network provider", class: Level, read: |s| &s.net_peers },
     Pvar { name: c"shm_peers", desc: c"Peers (this rank included) reached through the shm rail", class: Level, read: |s| &s.shm_peers },
 ];

@@ -29,14 +29,20 @@ pub(crate) struct NicPick {
     pub distance: Option<u32>,
     /// The names of all equally near NICs.
     pub near: Vec<String>,
+    /// The NICs a striped rendezvous also uses: equally near ones other
+    /// than the rank's own, in the near set's order, at most `stripe - 1`;
+    /// each as its name and the index of its entry in the fi_info list.
+    pub stripes: Vec<(String, usize)>,
 }
 
 /// Chooses this rank's NIC among the domains of `provider` in `list`
-/// ([`nic::choose`]); `wanted` is `mtl_rustofi_nic`, split.
+/// ([`nic::choose`]); `wanted` is `mtl_rustofi_nic`, split; `stripe` is
+/// `mtl_rustofi_stripe` (`None`: every near NIC).
 pub(crate) fn pick_nic(
     list: &InfoList,
     provider: &str,
     wanted: &[String],
+    stripe: Option<usize>,
 ) -> Result<NicPick, String> {
     let nics = provider_nics(list, provider);
     let facts: Vec<Nic> = nics.iter().map(|e| e.nic.clone()).collect();
@@ -47,6 +53,10 @@ pub(crate) fn pick_nic(
         local_rank,
         distance: nics[c.chosen].nic.distance,
         near: c.near.iter().map(|&i| facts[i].name.clone()).collect(),
+        stripes: nic::stripe_nics(&c, stripe)
+            .into_iter()
+            .map(|i| (facts[i].name.clone(), nics[i].index))
+            .collect(),
     })
 }
 

@@ -346,9 +346,12 @@ pub(crate) enum RailKind {
     Net = 0,
     /// The shm provider's endpoint, for peers on the same host.
     Shm = 1,
+    /// An endpoint on another NIC than the rank's own, read through by a
+    /// striped rendezvous ([`crate::proto`]'s `stripe` module).
+    Stripe = 2,
     /// Our own shared-memory rail (`driver/shm`), for ranks of the same
     /// job on the same host; its "name" is the rank's place there.
-    Local = 2,
+    Local = 3,
 }
 
 /// One endpoint a rank can be reached at.
@@ -359,27 +362,33 @@ pub(crate) struct RailAddr {
     pub max_eager: u32,
     /// The libfabric endpoint name.
     pub addr: Vec<u8>,
+    /// The NIC (libfabric domain) of a stripe endpoint; empty for the
+    /// others. Peers pair stripe endpoints by it.
+    pub nic: String,
 }
 
 /// What each rank publishes through the modex: a tag, then for each of its
-/// endpoints (network first, then shm if it opened one) the kind, the
-/// largest eager payload and the libfabric name, length-prefixed.
+/// endpoints (network first, then shm if it opened one, then its stripe
+/// endpoints) the kind, the largest eager payload and the libfabric name,
+/// length-prefixed; a stripe endpoint then names its NIC.
 ///
 /// | bytes | field                                  |
 /// |------:|----------------------------------------|
 /// | 4     | `R O F <VERSION>`                      |
-/// | 1     | number of endpoints (1..=8)            |
-/// | per endpoint: 1 | kind (0 net, 1 shm, 2 local) |
+/// | 1     | number of endpoints (1..=10)           |
+/// | per endpoint: 1 | kind (0 net, 1 shm, 2 stripe, 3 local) |
 /// | 4     | max eager payload, little endian       |
 /// | 2     | name length n, little endian           |
 /// | n     | libfabric endpoint name                |
+/// | stripe only: 1 | NIC name length m (1..=255)  |
+/// | m     | NIC (domain) name, UTF-8               |
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PeerInfo {
     pub rails: Vec<RailAddr>,
 }
 
 const PEER_INFO_TAG: [u8; 4] = [b'R', b'O', b'F', VERSION];
-const MAX_RAILS: usize = 8;
+const MAX_RAILS: usize = 2 + MAX_STRIPES + 1;
 
 impl PeerInfo {
     pub(crate) fn encode(&self) -> Vec<u8> {
@@ -392,6 +401,11 @@ impl PeerInfo {
             v.extend_from_slice(&r.max_eager.to_le_bytes());
             v.extend_from_slice(&(r.addr.len() as u16).to_le_bytes());
             v.extend_from_slice(&r.addr);
+            if r.kind == RailKind::Stripe {
+                let nic = &r.nic.as_bytes()[..r.nic.len().min(255)];
+                v.push(nic.len() as u8);
+                v.extend_from_slice(nic);
+            }
         }
         v
     }
@@ -417,7 +431,8 @@ impl PeerInfo {
             let kind = match head[0] {
                 0 => RailKind::Net,
                 1 => RailKind::Shm,
-                2 => RailKind::Local,
+                2 => RailKind::Stripe,
+                3 => RailKind::Local,
                 k => return Err(bad(&format!("unknown endpoint kind {k}"))),
             };
             let max_eager = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes"));
@@ -428,10 +443,23 @@ impl PeerInfo {
                 return Err(bad("empty endpoint name"));
             }
             at += n;
+            let mut nic = String::new();
+            if kind == RailKind::Stripe {
+                let m = *b.get(at).ok_or_else(|| bad("truncated NIC name"))? as usize;
+                let name = b
+                    .get(at + 1..at + 1 + m)
+                    .ok_or_else(|| bad("truncated NIC name"))?;
+                nic = match std::str::from_utf8(name) {
+                    Ok(s) if m > 0 => s.to_string(),
+                    _ => return Err(bad("bad NIC name")),
+                };
+                at += 1 + m;
+            }
             rails.push(RailAddr {
                 kind,
                 max_eager,
                 addr: addr.to_vec(),
+                nic,
             });
         }
         if at != b.len() {
@@ -461,11 +489,19 @@ mod tests {
                     kind: RailKind::Net,
                     max_eager: 8192,
                     addr: vec![1, 2, 3, 4, 5],
+                    nic: String::new(),
                 },
                 RailAddr {
                     kind: RailKind::Shm,
                     max_eager: 4096,
                     addr: b"fi_shm://1234".to_vec(),
+                    nic: String::new(),
+                },
+                RailAddr {
+                    kind: RailKind::Stripe,
+                    max_eager: 0,
+                    addr: vec![9, 8, 7],
+                    nic: "eth1".into(),
                 },
             ],
         };
@@ -492,6 +528,12 @@ mod tests {
         let mut bad = enc.clone();
         bad[5] = 7; // unknown kind
         assert!(PeerInfo::decode(&bad).unwrap_err().contains("kind"));
+        // A stripe endpoint must name its NIC.
+        let mut nameless = p.clone();
+        nameless.rails[2].nic.clear();
+        assert!(PeerInfo::decode(&nameless.encode())
+            .unwrap_err()
+            .contains("NIC name"));
         let shm_only = PeerInfo {
             rails: vec![p.rails[1].clone()],
         };

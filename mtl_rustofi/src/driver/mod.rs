@@ -98,39 +98,24 @@ pub(crate) struct Driver {
 const NO_LOCAL: u8 = u8::MAX;
 
 impl Driver {
-    /// Opens the network provider at `index` of `list` and, if `shm` names
-    /// an entry, the shm provider beside it for same-host peers. A shm rail
-    /// that cannot be opened is reported and left out unless `shm_required`.
+    /// Opens the network provider at `index` of `list`; as `same` says, a
+    /// rail for same-host peers beside it (our own, or libfabric's shm
+    /// provider: see [`SameHost`]); and a stripe rail on each of the
+    /// entries `stripes` (NICs besides the rank's own; one that cannot be
+    /// opened is reported and left out).
     pub(crate) fn open(
         list: &InfoList,
         index: usize,
         same: SameHost,
+        stripes: &[usize],
         settings: &Settings,
     ) -> Result<Driver, EngineError> {
         let net = FabricRail::open(list, index, RailKind::Net, settings, settings.rndv)?;
         let mut rails = vec![net];
-        let local = match same.local.map(|job| ShmRail::open(job, settings)) {
-            None => None,
-            Some(Ok(r)) => Some(r),
-            Some(Err(e)) if same.local_required => {
-                return Err(EngineError(format!(
-                    "mtl_rustofi_shm = on, but the shared-memory rail cannot be opened: {e}"
-                )))
-            }
-            Some(Err(e)) => {
-                crate::log::error(&format!(
-                    "the shared-memory rail cannot be opened ({e}); same-host peers use {} \
-                     (set mtl_rustofi_shm = libfabric or off to silence this)",
-                    same.shm
-                        .map_or(rails[0].profile.provider.as_str(), |_| "libfabric's shm")
-                ));
-                None
-            }
-        };
-        let (shm, shm_required) = if local.is_some() {
-            (None, false)
-        } else {
-            (same.shm, same.shm_required)
+        let local = same.open_local(settings, &rails[0].profile.provider)?;
+        let (shm, shm_required) = match local {
+            Some(_) => (None, false),
+            None => (same.shm, same.shm_required),
         };
         if let Some(i) = shm {
             // The shm rail reads when it can, unless the user asked for the
@@ -155,7 +140,20 @@ impl Driver {
                 )),
             }
         }
-        if (rails.len() > 1 || local.is_some()) && settings.one_host {
+        for &i in stripes {
+            // Stripe rails read with RMA like the network rail; a NIC
+            // without FI_RMA cannot carry stripes.
+            match FabricRail::open(list, i, RailKind::Stripe, settings, RndvProtocol::Read) {
+                Ok(r) => rails.push(r),
+                Err(e) => crate::log::error(&format!(
+                    "a stripe endpoint cannot be opened ({}); large transfers use the other \
+                     NICs (set mtl_rustofi_stripe = 1 to silence this)",
+                    e.0
+                )),
+            }
+        }
+        let has_shm = rails.iter().any(|r| r.profile.kind == RailKind::Shm);
+        if (has_shm || local.is_some()) && settings.one_host {
             // The shm rail serves every rank of the job; the network rail
             // only needs to stay reachable (for processes that join later),
             // not a full set of posted 64 KiB buffers.
@@ -243,26 +241,35 @@ impl Driver {
     }
 
     /// The endpoint addresses of every rail, for the modex.
-    pub(crate) fn names(&self) -> Result<Vec<(RailKind, usize, Vec<u8>)>, FiError> {
+    pub(crate) fn names(&self) -> Result<Vec<crate::wire::RailAddr>, FiError> {
         let mut v = self
             .rails
             .iter()
             .map(|r| {
-                Ok((
-                    r.profile.kind,
-                    r.profile.buf_size - crate::wire::BASE_LEN,
-                    r.ep().name()?,
-                ))
+                Ok(crate::wire::RailAddr {
+                    kind: r.profile.kind,
+                    max_eager: (r.profile.buf_size - crate::wire::BASE_LEN) as u32,
+                    addr: r.ep().name()?,
+                    nic: if r.profile.kind == RailKind::Stripe {
+                        r.nic.clone()
+                    } else {
+                        String::new()
+                    },
+                })
             })
             .collect::<Result<Vec<_>, FiError>>()?;
-        if let Some(l) = &self.local {
-            v.push((
-                RailKind::Local,
-                l.profile.buf_size - crate::wire::BASE_LEN,
-                l.name(),
-            ));
-        }
+        v.extend(self.local.as_ref().map(ShmRail::rail_addr));
         Ok(v)
+    }
+
+    /// Our stripe rails, by NIC name.
+    pub(crate) fn stripe_rails(&self) -> Vec<(RailId, &str)> {
+        self.rails
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.profile.kind == RailKind::Stripe)
+            .map(|(i, r)| (RailId(i as u8), r.nic.as_str()))
+            .collect()
     }
 
     /// Inserts a peer's published address into a rail's address vector.

@@ -34,6 +34,8 @@ pub(super) struct FabricRail {
     _info: InfoList,
     pub(super) caps: Caps,
     pub(super) profile: RailProfile,
+    /// The domain (NIC) name.
+    pub(super) nic: String,
 }
 
 impl FabricRail {
@@ -51,6 +53,7 @@ impl FabricRail {
         let one = InfoList::dup_one(info)?;
         let info = one.first().expect("dup_one returns one entry");
         let provider = info.provider();
+        let nic = info.domain_name();
         let mr_mode = info.mr_mode();
         let caps = Caps {
             rma: info.caps() & (sys::FI_RMA as u64) != 0,
@@ -116,7 +119,12 @@ impl FabricRail {
             // excess itself.
             inject_size: caps.inject_size,
             tx_depth: info.tx_size().clamp(16, 1 << 20),
-            rx_count: settings.rx_buffers.min(info.rx_size().max(8)),
+            // A stripe rail only carries reads: no packet arrives on it.
+            rx_count: if kind == RailKind::Stripe {
+                0
+            } else {
+                settings.rx_buffers.min(info.rx_size().max(8))
+            },
         };
         Ok(FabricRail {
             ep: Some(ep),
@@ -127,6 +135,7 @@ impl FabricRail {
             _info: one,
             caps,
             profile,
+            nic,
         })
     }
 

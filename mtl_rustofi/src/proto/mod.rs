@@ -140,7 +140,8 @@ pub(crate) struct Stats {
     pub(crate) mr_hits: AtomicU64,
     /// Read rendezvous sent striped over several NICs.
     pub(crate) striped: AtomicU64,
-    /// Bytes read through stripe rails (not the primary one).
+    /// Bytes read through stripe rails (not the primary one), counted
+    /// as the reads complete; the network rail's counts leave them out.
     pub(crate) stripe_bytes: AtomicU64,
 }
 
@@ -393,6 +394,9 @@ impl Core {
         let c = match (self.rails[rail.index()].profile.kind, tx) {
             (RailKind::Shm | RailKind::Local, true) => &s.shm_tx_bytes,
             (RailKind::Shm | RailKind::Local, false) => &s.shm_rx_bytes,
+            // A stripe rail only reads (the sender's NIC serves them
+            // without its core knowing).
+            (RailKind::Stripe, _) => &s.stripe_bytes,
             (_, true) => &s.net_tx_bytes,
             (_, false) => &s.net_rx_bytes,
         };

@@ -65,6 +65,8 @@ impl Core {
         match r.profile.kind {
             RailKind::Net => Stats::add(&self.stats.net_peers, 1),
             RailKind::Shm | RailKind::Local => Stats::add(&self.stats.shm_peers, 1),
+            // A stripe rail is never a peer's own rail.
+            RailKind::Stripe => {}
         }
         self.peers.push(Peer {
             rail,

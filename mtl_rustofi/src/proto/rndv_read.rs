@@ -5,10 +5,19 @@
 use super::action::Out;
 use super::ids::RndvId;
 use super::txq::{Chunk, ChunkKind, ChunkOwner, Op};
-use super::{Core, Stats};
+use super::Core;
 
 /// Most reads in flight per rendezvous.
 pub(super) const READS_IN_FLIGHT: usize = 8;
+
+/// A striped read is cut into at least this many pieces per lane, so
+/// that every lane gets a share even where a rail's chunk size (the
+/// provider's `max_msg_size`, `mtl_rustofi_rndv_chunk_size`) would take
+/// the whole transfer in one read...
+const PIECES_PER_LANE: usize = 4;
+/// ...but no piece is smaller than this, where a read's fixed cost
+/// starts to show.
+const MIN_PIECE: usize = 64 * 1024;
 
 impl Core {
     /// Issues reads up to the in-flight limit and finishes the rendezvous
@@ -33,7 +42,10 @@ impl Core {
                     (l.rail, l.mr, l.remote, l.key)
                 }
             };
-            let chunk = self.rails[rail.index()].profile.chunk;
+            let mut chunk = self.rails[rail.index()].profile.chunk;
+            if lanes > 1 {
+                chunk = chunk.min((r.want / (lanes * PIECES_PER_LANE)).max(MIN_PIECE));
+            }
             let n = (r.want - r.next_off).min(chunk);
             let c = Chunk {
                 rail,
@@ -45,9 +57,6 @@ impl Core {
                 remote: remote.wrapping_add(r.next_off as u64),
                 key,
             };
-            if k > 0 {
-                Stats::add(&self.stats.stripe_bytes, n as u64);
-            }
             r.next_off += n;
             r.outstanding += 1;
             self.submit_op(Op::Chunk(c), out);

@@ -36,9 +36,6 @@ impl Core {
     /// Adds the peer's stripe endpoint `index` (0-based, in its published
     /// order), inserted into our stripe rail `rail` at `addr`. Stripes are
     /// added in order; a gap ends the peer's usable stripes.
-    // Only the simulator and the fuzzer add stripes: the driver opens no
-    // stripe endpoints yet (so a real run never stripes).
-    #[cfg_attr(not(any(test, feature = "fuzzing")), expect(dead_code))]
     pub(crate) fn add_stripe(&mut self, peer: PeerId, index: usize, rail: RailId, addr: FiAddr) {
         let Some(p) = self.peers.get_mut(peer.index()) else {
             return;

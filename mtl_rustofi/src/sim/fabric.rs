@@ -388,10 +388,13 @@ impl World {
                     .find(|f| f.0 == i)
                     .map_or(Fault::None, |f| f.1),
                 // Thresholds from one byte above the eager limit to a few
-                // chunks, so that some transfers stripe and some do not.
+                // chunks (of at most 1 MiB: a rail may take a whole
+                // transfer in one chunk), so that some transfers stripe
+                // and some do not.
                 stripe_min: if rails.stripes > 0 {
                     let p = &rails.profiles[0];
-                    [p.eager_limit + 1, 2 * p.chunk, 5 * p.chunk][srng.usize(0, 2)]
+                    let c = p.chunk.min(1 << 20);
+                    [p.eager_limit + 1, 2 * c, 5 * c][srng.usize(0, 2)]
                 } else {
                     0
                 },

@@ -122,7 +122,10 @@ fn efa(virt: bool) -> RailProfile {
 fn efa_stripe() -> RailProfile {
     let mut p = efa(false);
     p.provider = "efa-stripe".to_string();
+    p.kind = RailKind::Stripe;
     p.chunk = 8192;
+    // As the driver opens them: no packet arrives on a stripe rail.
+    p.rx_count = 0;
     p
 }
 

@@ -33,7 +33,10 @@ struct Setup {
 }
 
 fn run(s: Setup) -> (World, [u64; 3]) {
-    let mut rails = profile_set("efa-stripe").expect("known profile");
+    run_with(profile_set("efa-stripe").expect("known profile"), s)
+}
+
+fn run_with(mut rails: super::profiles::Rails, s: Setup) -> (World, [u64; 3]) {
     rails.uneven = s.uneven;
     let specs: Vec<MsgSpec> = s
         .msgs
@@ -118,6 +121,37 @@ fn sim_stripe_reads_spread_over_every_rail() {
     assert_eq!(reads, [20, 20, 20]);
     assert_eq!(Stats::get(&w.nodes[0].stats.striped), 1);
     assert_eq!(Stats::get(&w.nodes[1].stats.stripe_bytes), (len / 2) as u64);
+    assert_eq!(statuses(&w), (vec![Status::Ok], vec![Status::Ok]));
+}
+
+/// Rails whose chunk size would take a whole transfer in one read (tcp's
+/// `max_msg_size` is unlimited and the default chunk is 64 MiB) still
+/// spread it: the read is cut into pieces for every lane.
+#[test]
+fn sim_stripe_spreads_where_one_chunk_would_take_it_all() {
+    let len = 4 << 20;
+    let mut rails = profile_set("efa-stripe").expect("known profile");
+    for p in &mut rails.profiles {
+        p.chunk = 1 << 26;
+    }
+    let (w, reads) = run_with(
+        rails,
+        Setup {
+            uneven: false,
+            msgs: vec![(0, 1, 5, len, 1_000)],
+            recv_at: 0,
+            fail_rail2_read: None,
+        },
+    );
+    // 4 MiB over 3 lanes, 4 pieces per lane: 12 reads of 1/12 each (the
+    // last takes the remainder), round-robin.
+    assert_eq!(reads.iter().sum::<u64>(), 13);
+    assert!(reads.iter().all(|&n| n >= 4), "reads per rail: {reads:?}");
+    let striped = Stats::get(&w.nodes[1].stats.stripe_bytes);
+    assert!(
+        striped >= (len / 2) as u64,
+        "{striped} of {len} bytes read through the stripes"
+    );
     assert_eq!(statuses(&w), (vec![Status::Ok], vec![Status::Ok]));
 }
 

@@ -60,6 +60,33 @@ pub(crate) struct SameHost {
     pub(crate) shm_required: bool,
 }
 
+impl SameHost {
+    /// Opens our own rail if asked for. One that cannot be opened fails
+    /// the open if required, else is reported (same-host peers then use
+    /// libfabric's shm provider if asked for, else `net`).
+    pub(crate) fn open_local(
+        &self,
+        settings: &Settings,
+        net: &str,
+    ) -> Result<Option<ShmRail>, crate::engine::EngineError> {
+        match self.local.map(|job| ShmRail::open(job, settings)) {
+            None => Ok(None),
+            Some(Ok(r)) => Ok(Some(r)),
+            Some(Err(e)) if self.local_required => Err(crate::engine::EngineError(format!(
+                "mtl_rustofi_shm = on, but the shared-memory rail cannot be opened: {e}"
+            ))),
+            Some(Err(e)) => {
+                crate::log::error(&format!(
+                    "the shared-memory rail cannot be opened ({e}); same-host peers use {} \
+                     (set mtl_rustofi_shm = libfabric or off to silence this)",
+                    self.shm.map_or(net, |_| "libfabric's shm")
+                ));
+                Ok(None)
+            }
+        }
+    }
+}
+
 /// A peer's published address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Addr {
@@ -202,6 +229,16 @@ impl ShmRail {
     /// The address to publish.
     pub(crate) fn name(&self) -> Vec<u8> {
         self.me.encode()
+    }
+
+    /// The modex entry of this rail.
+    pub(crate) fn rail_addr(&self) -> wire::RailAddr {
+        wire::RailAddr {
+            kind: RailKind::Local,
+            max_eager: (self.profile.buf_size - wire::BASE_LEN) as u32,
+            addr: self.name(),
+            nic: String::new(),
+        }
     }
 
     /// The path the segment had, for the runtime's cleanup.

@@ -24,8 +24,24 @@ fn settings() -> Settings {
 fn pair(tag: u32) -> (ShmRail, ShmRail) {
     let jobid = tag << 24 | std::process::id() & 0xff_ffff;
     let s = settings();
-    let mut a = ShmRail::open(LocalJob { jobid, rank: 0, size: 2 }, &s).unwrap();
-    let mut b = ShmRail::open(LocalJob { jobid, rank: 1, size: 2 }, &s).unwrap();
+    let mut a = ShmRail::open(
+        LocalJob {
+            jobid,
+            rank: 0,
+            size: 2,
+        },
+        &s,
+    )
+    .unwrap();
+    let mut b = ShmRail::open(
+        LocalJob {
+            jobid,
+            rank: 1,
+            size: 2,
+        },
+        &s,
+    )
+    .unwrap();
     let (na, nb) = (a.name(), b.name());
     assert_eq!(a.insert(&nb).unwrap(), FiAddr(1));
     assert_eq!(b.insert(&na).unwrap(), FiAddr(0));
