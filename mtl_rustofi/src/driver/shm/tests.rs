@@ -12,6 +12,7 @@ fn settings() -> Settings {
         eager_limit: config::EAGER_AUTO,
         coalesce: 1,
         mr_cache_size: 64,
+        stripe_min: 1 << 20,
         priority: 25,
         chunk: 1 << 26,
         rx_buffers: 256,
