@@ -15,7 +15,7 @@
 #            rank remains;
 #   finished the same job ending in MPI_Finalize: no file may remain;
 # then with the component's own rail (the default, auto), whose segment
-# (named at verbose 2: segment=/dev/shm/rustofi1-<uid>-<jobid>) is unlinked
+# (named at verbose 2: segment=/dev/shm/rustofi1-<uid>-<jobid>-<host>) is unlinked
 # as soon as every local rank has attached: killed-own and finished-own
 # require that the verbose line names it (the rail is in use), that it is
 # already gone while the ranks wait (READY comes after MPI_Init), and that

@@ -94,10 +94,12 @@ struct Addr {
     rank: u16,
     size: u16,
     jobid: u32,
+    /// [`segment::host_id`]: which segment of the job the rank is in.
+    host: u32,
     probe: u64,
 }
 
-const ADDR_LEN: usize = 20;
+const ADDR_LEN: usize = 24;
 
 impl Addr {
     fn encode(&self) -> Vec<u8> {
@@ -106,6 +108,7 @@ impl Addr {
         v.extend_from_slice(&self.rank.to_le_bytes());
         v.extend_from_slice(&self.size.to_le_bytes());
         v.extend_from_slice(&self.jobid.to_le_bytes());
+        v.extend_from_slice(&self.host.to_le_bytes());
         v.extend_from_slice(&self.probe.to_le_bytes());
         v
     }
@@ -121,7 +124,8 @@ impl Addr {
             rank: u16_at(4),
             size: u16_at(6),
             jobid: u32_at(8),
-            probe: u64::from_le_bytes(b[12..20].try_into().unwrap()),
+            host: u32_at(12),
+            probe: u64::from_le_bytes(b[16..24].try_into().unwrap()),
         })
     }
 }
@@ -156,7 +160,8 @@ impl ShmRail {
             ));
         }
         let cma_off = cma::probe().err();
-        let seg = Segment::attach(job.jobid, job.size)?;
+        let host = segment::host_id();
+        let seg = Segment::attach(job.jobid, host, job.size)?;
         let max = ring::max_packet(segment::RING_CELLS) - wire::EXT_LEN;
         let eager_limit = settings.eager_limit.unwrap_or(DEFAULT_EAGER).min(max);
         let buf_size = wire::BASE_LEN + eager_limit.max(wire::EXT_LEN - wire::BASE_LEN);
@@ -218,6 +223,7 @@ impl ShmRail {
                 rank: job.rank as u16,
                 size: job.size as u16,
                 jobid: job.jobid,
+                host,
                 probe: &cma::PROBE as *const u64 as u64,
             },
             peers: (0..job.size).map(|_| None).collect(),
@@ -246,11 +252,14 @@ impl ShmRail {
         self.seg.path()
     }
 
-    /// Whether a peer's published address is reachable here (same job and
-    /// host layout).
+    /// Whether a peer's published address is reachable here (the same
+    /// job's segment on this host, the same layout).
     pub(crate) fn reaches(&self, name: &[u8]) -> bool {
         Addr::decode(name).is_some_and(|a| {
-            a.jobid == self.me.jobid && a.size == self.me.size && (a.rank as usize) < self.job.size
+            a.jobid == self.me.jobid
+                && a.host == self.me.host
+                && a.size == self.me.size
+                && (a.rank as usize) < self.job.size
         })
     }
 
@@ -453,9 +462,10 @@ mod addr_tests {
             rank: 3,
             size: 4,
             jobid: 0x1234_5678,
+            host: 0x9abc_def0,
             probe: 0xdead_beef_0000,
         };
         assert_eq!(Addr::decode(&a.encode()), Some(a));
-        assert_eq!(Addr::decode(&a.encode()[..19]), None);
+        assert_eq!(Addr::decode(&a.encode()[..23]), None);
     }
 }

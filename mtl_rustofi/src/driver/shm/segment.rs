@@ -3,7 +3,10 @@
 //! included).
 //!
 //! Every local rank creates or opens the same POSIX object, named after
-//! the user and Open MPI's job id (two jobs on a host never meet), sizes
+//! the user, Open MPI's job id (two jobs on a host never meet) and the
+//! host name (hosts that share `/dev/shm`, such as containers or network
+//! namespaces on one machine, never meet either: Open MPI tells same-host
+//! peers by host name too), sizes
 //! it (the same size from every rank, so the order does not matter; a
 //! fresh object reads as zeros, which is every ring's empty state), maps
 //! it and counts itself in the header. The rank that completes the count
@@ -31,11 +34,26 @@ pub(crate) struct Segment {
     path: String,
 }
 
-/// The object's name for a job (and its path under `/dev/shm`).
-pub(crate) fn name(jobid: u32) -> String {
+/// The object's name for a job on a host (and its path under `/dev/shm`).
+pub(crate) fn name(jobid: u32, host: u32) -> String {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    format!("/rustofi1-{uid}-{jobid:08x}")
+    format!("/rustofi1-{uid}-{jobid:08x}-{host:08x}")
+}
+
+/// A hash (FNV-1a) of this host's name.
+pub(crate) fn host_id() -> u32 {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `len` bytes into our buffer.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    let end = if r == 0 {
+        buf.iter().position(|&b| b == 0).unwrap_or(buf.len())
+    } else {
+        0
+    };
+    buf[..end].iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// Size of the segment of `ranks` local ranks.
@@ -50,8 +68,8 @@ fn os_error(what: &str, name: &str) -> String {
 impl Segment {
     /// Creates or opens the job's segment for `ranks` local ranks and
     /// counts this rank in; the last of them unlinks it.
-    pub(crate) fn attach(jobid: u32, ranks: usize) -> Result<Segment, String> {
-        let name = name(jobid);
+    pub(crate) fn attach(jobid: u32, host: u32, ranks: usize) -> Result<Segment, String> {
+        let name = name(jobid, host);
         let len = size(ranks);
         let c = CString::new(name.clone()).expect("no NUL in the name");
         // SAFETY: a valid C string; the descriptor is closed below.
@@ -171,9 +189,12 @@ mod tests {
     #[test]
     fn unlinked_once_every_rank_attached_and_rings_are_shared() {
         let job = 0xfe00_0000 | std::process::id();
-        let a = Segment::attach(job, 2).unwrap();
+        let a = Segment::attach(job, 1, 2).unwrap();
         assert!(exists(a.path()), "still named while a rank is missing");
-        let b = Segment::attach(job, 2).unwrap();
+        // The same job on another host (sharing /dev/shm) has its own.
+        let other = Segment::attach(job, 2, 2).unwrap();
+        assert_ne!(other.path(), a.path());
+        let b = Segment::attach(job, 1, 2).unwrap();
         assert!(!exists(a.path()), "unlinked once both attached");
         // What one mapping's producer writes the other's consumer reads.
         let mut p = super::super::ring::Producer::new(a.ring(0, 1));
@@ -190,9 +211,9 @@ mod tests {
     #[test]
     fn a_leftover_of_another_size_is_refused_and_removed() {
         let job = 0xfd00_0000 | std::process::id();
-        let _a = Segment::attach(job, 3).unwrap();
-        let e = Segment::attach(job, 2).err().unwrap();
+        let _a = Segment::attach(job, 1, 3).unwrap();
+        let e = Segment::attach(job, 1, 2).err().unwrap();
         assert!(e.contains("leftover"), "{e}");
-        assert!(!exists(&format!("/dev/shm{}", name(job))));
+        assert!(!exists(&format!("/dev/shm{}", name(job, 1))));
     }
 }

@@ -153,9 +153,15 @@ fn a_read_key_that_is_not_the_peers_pid_reads_nothing() {
 }
 
 #[test]
-fn an_address_of_another_job_is_not_served() {
-    let (mut a, _b) = pair(0xa5);
+fn an_address_of_another_job_or_host_is_not_served() {
+    let (mut a, b) = pair(0xa5);
     let (_c, d) = pair(0xa6);
     assert!(!a.reaches(&d.name()));
     assert!(a.insert(&d.name()).is_err());
+    // The same job's rank on another host that shares /dev/shm (a
+    // container or network namespace) is in another segment.
+    let mut elsewhere = Addr::decode(&b.name()).unwrap();
+    elsewhere.host ^= 1;
+    assert!(a.reaches(&b.name()));
+    assert!(!a.reaches(&elsewhere.encode()));
 }
