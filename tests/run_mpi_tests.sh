@@ -821,6 +821,9 @@ if [[ -z "$BASELINE" ]]; then
     check_bad_input badinput_shm 1 "mtl_rustofi_shm" \
         --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
         --mca mtl_rustofi_shm sometimes
+    check_bad_input badinput_send_queue_limit 1 "mtl_rustofi_send_queue_limit.=.1000.is.out.of.range" \
+        --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
+        --mca mtl_rustofi_send_queue_limit 1000
     check_selection
     check_ompi_info
 fi

@@ -129,6 +129,8 @@ ASSERT_FIELD(RustofiConfig, tagged, RUSTOFI_LAYOUT_CONFIG_TAGGED);
 ASSERT_FIELD(RustofiConfig, priority, RUSTOFI_LAYOUT_CONFIG_PRIORITY);
 ASSERT_FIELD(RustofiConfig, stripe, RUSTOFI_LAYOUT_CONFIG_STRIPE);
 ASSERT_FIELD(RustofiConfig, stripe_min, RUSTOFI_LAYOUT_CONFIG_STRIPE_MIN);
+ASSERT_FIELD(RustofiConfig, send_queue_limit, RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_LIMIT);
+ASSERT_FIELD(RustofiConfig, send_queue_total, RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_TOTAL);
 _Static_assert(sizeof(RustofiConfig) == RUSTOFI_LAYOUT_CONFIG_SIZE,
                "size of RustofiConfig differs from ffi.rs");
 
@@ -146,6 +148,8 @@ static long param_coalesce = 1;
 static long param_mr_cache_size = 64;
 static long param_stripe = 0;
 static long param_stripe_min = 1L << 20;
+static long param_send_queue_limit = 4L << 20;
+static long param_send_queue_total = 32L << 20;
 static long param_rndv_chunk = 64L * 1024 * 1024;
 static long param_rx_buffers = 256;
 static int idx_include = -1;
@@ -311,6 +315,16 @@ static int rustofi_component_register(void)
              OPAL_INFO_LVL_5, &param_stripe_min);
     reg_long("rx_buffers", "Receive bounce buffers kept posted", OPAL_INFO_LVL_5,
              &param_rx_buffers);
+    reg_long("send_queue_limit",
+             "Bytes the component may hold for one peer's sends that the provider has not "
+             "completed (bounce buffers and bookkeeping); beyond it a send is not copied but "
+             "waits: MPI_Send blocks and MPI_Isend stays incomplete while progress drains the "
+             "queue",
+             OPAL_INFO_LVL_4, &param_send_queue_limit);
+    reg_long("send_queue_total",
+             "Bytes the component may hold for uncompleted sends to all peers together; beyond "
+             "it sends wait as with send_queue_limit",
+             OPAL_INFO_LVL_4, &param_send_queue_total);
     /* enumerated parameters (rndv_protocol, shm, fault_inject) and the
      * MPI_T performance variables */
     return rustofi_site_register(&mca_mtl_rustofi_component.mtl_version);
@@ -622,6 +636,8 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
         .mr_cache_size = param_mr_cache_size,
         .stripe = param_stripe,
         .stripe_min = param_stripe_min,
+        .send_queue_limit = param_send_queue_limit,
+        .send_queue_total = param_send_queue_total,
         .mem_hooks = mem_hooks_start(),
         .tagged = rustofi_enum_text(RUSTOFI_ENUM_TAGGED),
     };

@@ -70,6 +70,12 @@ pub(crate) struct Settings {
     pub stripe: Option<usize>,
     /// Read rendezvous of at least this many bytes stripe.
     pub stripe_min: usize,
+    /// Bytes the core may hold for one peer's sends that the provider has
+    /// not completed (bounce buffers and their bookkeeping); sends beyond
+    /// it wait ([`crate::proto`]'s flow control).
+    pub send_queue_limit: usize,
+    /// The same over all peers of the process.
+    pub send_queue_total: usize,
     /// The user named this component (`--mca mtl rustofi`) or set its
     /// provider list: software providers may then be used.
     pub explicit: bool,
@@ -104,6 +110,8 @@ pub(crate) struct RawParams<'a> {
     pub mr_cache_size: i64,
     pub stripe: i64,
     pub stripe_min: i64,
+    pub send_queue_limit: i64,
+    pub send_queue_total: i64,
     pub priority: i64,
     pub named: bool,
     /// The text of numeric values as the user wrote them, where known
@@ -185,6 +193,8 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     let mr_cache_size = num("mr_cache_size", p.mr_cache_size)?;
     let stripe = num("stripe", p.stripe)?;
     let stripe_min = num("stripe_min", p.stripe_min)?;
+    let send_queue_limit = num("send_queue_limit", p.send_queue_limit)?;
+    let send_queue_total = num("send_queue_total", p.send_queue_total)?;
     let rndv = match p.rndv_protocol.unwrap_or("auto").trim() {
         "" | "auto" => RndvProtocol::Auto,
         "read" => RndvProtocol::Read,
@@ -253,6 +263,8 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         mr_cache: mr_cache_size as usize,
         stripe: (stripe != 0).then_some(stripe as usize),
         stripe_min: stripe_min as usize,
+        send_queue_limit: send_queue_limit as usize,
+        send_queue_total: send_queue_total as usize,
         explicit: p.named || p.include_set,
         one_host: false,
     })
@@ -390,22 +402,31 @@ pub(crate) fn select_provider(candidates: &[String], s: &Settings) -> Result<usi
         })
 }
 
+/// Every parameter at its default, as Open MPI would hand them over (for
+/// tests elsewhere in the crate that need valid settings).
+#[cfg(test)]
+pub(crate) fn test_params() -> RawParams<'static> {
+    RawParams {
+        eager_limit: EAGER_AUTO,
+        coalesce: 1,
+        mr_cache_size: 64,
+        stripe_min: 1 << 20,
+        send_queue_limit: 4 << 20,
+        send_queue_total: 32 << 20,
+        priority: 25,
+        chunk: 1 << 26,
+        rx_buffers: 256,
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::params::MAX_EAGER;
 
     fn raw() -> RawParams<'static> {
-        RawParams {
-            eager_limit: EAGER_AUTO,
-            coalesce: 1,
-            mr_cache_size: 64,
-            stripe_min: 1 << 20,
-            priority: 25,
-            chunk: 1 << 26,
-            rx_buffers: 256,
-            ..Default::default()
-        }
+        test_params()
     }
 
     fn cands() -> Vec<String> {
@@ -558,6 +579,14 @@ mod tests {
             (Box::new(|p: &mut RawParams| p.rx_buffers = 0), "rx_buffers"),
             (Box::new(|p: &mut RawParams| p.verbose = -1), "verbose"),
             (
+                Box::new(|p: &mut RawParams| p.send_queue_limit = 4095),
+                "send_queue_limit",
+            ),
+            (
+                Box::new(|p: &mut RawParams| p.send_queue_total = 0),
+                "send_queue_total",
+            ),
+            (
                 Box::new(|p: &mut RawParams| p.rndv_protocol = Some("fast")),
                 "rndv_protocol",
             ),
@@ -586,6 +615,14 @@ mod tests {
             .contains("mtl_rustofi_eager_limit"));
         p.texts = vec![("eager_limit", "16k".into())];
         assert_eq!(validate(&p).unwrap().eager_limit, Some(16384));
+        p.texts = vec![("send_queue_limit", "2m".into())];
+        assert_eq!(validate(&p).unwrap().send_queue_limit, 2 << 20);
+        p.texts = vec![("send_queue_total", "-1".into())];
+        let e = validate(&p).unwrap_err();
+        assert!(
+            e.contains("mtl_rustofi_send_queue_total = -1 is out of range: it must be 4096 to"),
+            "{e}"
+        );
     }
 
     #[test]

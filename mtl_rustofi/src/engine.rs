@@ -107,6 +107,8 @@ impl Engine {
             } else {
                 settings.stripe_min
             },
+            send_queue_limit: settings.send_queue_limit,
+            send_queue_total: settings.send_queue_total,
         };
         let mut core = Core::new(cfg, profiles.clone(), stats.clone());
         let mut out = Out::new();
@@ -591,7 +593,8 @@ fn add_peer(st: &mut State, name: u64, modex: &[u8], local: bool) -> Result<usiz
     if local {
         if let Some(rail) = st.driver.rail_of_kind(RailKind::Local) {
             if let Some(remote) = info.rail(RailKind::Local) {
-                if let Some(addr) = st.driver.insert_local(&remote.addr) {
+                let l = st.driver.local_mut().expect("the local rail is open");
+                if let Some(addr) = l.insert_if_reachable(&remote.addr) {
                     let p = st
                         .core
                         .add_peer(name, rail, addr?, remote.max_eager as usize);

@@ -59,6 +59,10 @@ pub struct RustofiConfig {
     pub stripe: i64,
     /// Smallest read rendezvous that stripes, in bytes.
     pub stripe_min: i64,
+    /// Bytes held for one peer's uncompleted sends before sends wait.
+    pub send_queue_limit: i64,
+    /// The same over all peers.
+    pub send_queue_total: i64,
 }
 
 /// Completion entry points of the shim.
@@ -283,6 +287,8 @@ pub unsafe extern "C" fn rustofi_init(
             mr_cache_size: cfg.mr_cache_size,
             stripe: cfg.stripe,
             stripe_min: cfg.stripe_min,
+            send_queue_limit: cfg.send_queue_limit,
+            send_queue_total: cfg.send_queue_total,
             priority: cfg.priority,
             named: cfg.named,
             // Open MPI converts leniently ("abc" is 0, digits beyond 64 bits
@@ -1018,7 +1024,9 @@ pub const RUSTOFI_LAYOUT_CONFIG_TAGGED: usize = 144;
 pub const RUSTOFI_LAYOUT_CONFIG_PRIORITY: usize = 152;
 pub const RUSTOFI_LAYOUT_CONFIG_STRIPE: usize = 160;
 pub const RUSTOFI_LAYOUT_CONFIG_STRIPE_MIN: usize = 168;
-pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 176;
+pub const RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_LIMIT: usize = 176;
+pub const RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_TOTAL: usize = 184;
+pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 192;
 
 /// Asserts at compile time that `$ty` has size `$size` and each listed
 /// field has the given offset and size (every field must be listed: the
@@ -1088,4 +1096,6 @@ assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 28;
     priority: i64 = RUSTOFI_LAYOUT_CONFIG_PRIORITY,
     stripe: i64 = RUSTOFI_LAYOUT_CONFIG_STRIPE,
     stripe_min: i64 = RUSTOFI_LAYOUT_CONFIG_STRIPE_MIN,
+    send_queue_limit: i64 = RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_LIMIT,
+    send_queue_total: i64 = RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_TOTAL,
 );

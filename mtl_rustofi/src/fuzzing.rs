@@ -175,6 +175,9 @@ pub fn core_packets(data: &[u8]) {
         fault: Fault::None,
         // Every read rendezvous to the peer stripes over its one stripe.
         stripe_min: 1,
+        // Small enough that scripts of a few sends make sends wait.
+        send_queue_limit: 1 << 17,
+        send_queue_total: 1 << 18,
     };
     let prof = profile(&mut s);
     let mut core = Core::new(cfg, vec![prof.clone(), prof], stats);

@@ -51,6 +51,8 @@ pub(crate) const NUMERIC: &[NumericParam] = &[
         ..param("stripe", 1, crate::wire::MAX_STRIPES as i64 + 1, "NICs")
     },
     param("stripe_min", 4096, 1 << 40, "bytes"),
+    param("send_queue_limit", 4096, 1 << 40, "bytes"),
+    param("send_queue_total", 4096, 1 << 40, "bytes"),
 ];
 
 /// The entry of parameter `name`.

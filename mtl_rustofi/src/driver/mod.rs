@@ -10,6 +10,7 @@
 //! operation is reported back, which is the core's side of the contract.
 
 mod rail;
+mod rxmem;
 pub(crate) mod shm;
 
 pub(crate) use rail::Caps;
@@ -54,7 +55,7 @@ impl OpCtx {
 /// holds their addresses while the buffer is posted.
 struct RxBuf {
     ctx: Box<OpCtx>,
-    mem: Box<[u8]>,
+    mem: rxmem::RxMem,
     mr: Option<MemoryRegion>,
 }
 
@@ -74,6 +75,9 @@ fn posted(ret: isize) -> Result<(), PostError> {
         r => Err(PostError::Hard(r as i32)),
     }
 }
+
+/// Operation contexts kept after a burst (see [`Driver::shrink_ctx`]).
+const OP_CTX_KEPT: usize = 4096;
 
 /// Receive buffers posted on a network rail that no rank of the job
 /// reaches it through (see [`Driver::open`]).
@@ -163,7 +167,7 @@ impl Driver {
         for (r, rl) in rails.iter().enumerate() {
             let mut bufs = Vec::with_capacity(rl.profile.rx_count);
             for s in 0..rl.profile.rx_count {
-                let mem = vec![0u8; rl.profile.buf_size].into_boxed_slice();
+                let mem = rxmem::RxMem::new(rl.profile.buf_size)?;
                 let mr = if rl.profile.mr_local {
                     // SAFETY: the buffer is owned by the driver and dropped
                     // after its registration (fields drop in order).
@@ -188,11 +192,7 @@ impl Driver {
             }
             rx.push(bufs);
         }
-        let local_id = if local.is_some() {
-            rails.len() as u8
-        } else {
-            NO_LOCAL
-        };
+        let local_id = local.as_ref().map_or(NO_LOCAL, |_| rails.len() as u8);
         Ok(Driver {
             rails,
             rx,
@@ -216,14 +216,8 @@ impl Driver {
         self.local.as_ref()
     }
 
-    /// Starts serving a same-host peer on our own shared-memory rail, if
-    /// its published address is one of this job's on this host.
-    pub(crate) fn insert_local(&mut self, name: &[u8]) -> Option<Result<FiAddr, EngineError>> {
-        let l = self.local.as_mut()?;
-        if !l.reaches(name) {
-            return None;
-        }
-        Some(l.insert(name).map_err(EngineError))
+    pub(crate) fn local_mut(&mut self) -> Option<&mut ShmRail> {
+        self.local.as_mut()
     }
 
     pub(crate) fn caps(&self, rail: RailId) -> Caps {
@@ -677,17 +671,27 @@ impl Driver {
                 total += self.poll_rail(rail, core, out);
             }
         }
-        if let Some(l) = self.local.as_mut() {
-            let rail = RailId(self.local_id);
-            if core.rail_needs_poll(rail) {
-                let n = l.poll(rail, core, out);
-                if n > 0 {
-                    self.execute(core, out);
-                }
-                total += n;
-            }
+        let rail = RailId(self.local_id);
+        let local = self.local.as_mut().map_or(0, |l| l.poll(rail, core, out));
+        if local > 0 {
+            self.execute(core, out);
+        }
+        total += local;
+        if self.op_ctx.len() > OP_CTX_KEPT {
+            self.shrink_ctx(core.op_ids_bound());
         }
         total
+    }
+
+    /// Frees the contexts a burst made once the core's operation ids fall
+    /// back below half of them: no posted operation has an id at or above
+    /// `bound`, so none of those contexts is in the provider's hands.
+    #[cold]
+    fn shrink_ctx(&mut self, bound: usize) {
+        if bound < self.op_ctx.len() / 2 {
+            self.op_ctx.truncate(bound.max(OP_CTX_KEPT));
+            self.op_ctx.shrink_to_fit();
+        }
     }
 
     fn poll_rail(&mut self, rail: RailId, core: &mut Core, out: &mut Out) -> usize {

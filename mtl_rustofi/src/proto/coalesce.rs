@@ -19,6 +19,8 @@ pub(super) struct Bundle {
     /// Offset of the last message's header.
     pub(super) last: usize,
     pub(super) reqs: Vec<ReqId>,
+    /// Bytes charged to the peer's flow control for the buffer.
+    pub(super) held: usize,
 }
 
 impl Core {
@@ -54,6 +56,8 @@ impl Core {
         }
         let rail = p.rail;
         let mut buf = self.take_tx(rail, out);
+        let held = Self::buf_cost(buf.mem.len());
+        self.flow.charge(s.peer, held);
         let hdr = self.matchable_header(s.peer, Kind::Eager, s.ctx, s.src, s.tag, len);
         let n = put_eager(&mut buf.mem, 0, &hdr, &s.buf);
         self.peers[s.peer.index()].bundle = Some(Bundle {
@@ -61,6 +65,7 @@ impl Core {
             len: n,
             last: 0,
             reqs: vec![s.req],
+            held,
         });
         // Other peers' bundles were flushed when this send started, so the
         // list holds at most this peer (listed once).
@@ -79,7 +84,7 @@ impl Core {
             req,
             status: Status::Ok,
         }));
-        self.send_packet(peer, b.buf, b.len, None, AfterSend::Nothing, out);
+        self.send_held_packet(peer, b.buf, b.len, None, AfterSend::Nothing, b.held, out);
     }
 
     /// Sends every open bundle except `keep`'s.

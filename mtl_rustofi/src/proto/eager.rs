@@ -3,6 +3,8 @@
 //! from `ZERO_COPY_MIN` bytes, where the rail allows it, the payload goes
 //! from the user's buffer and the send completes with the transmit.
 //! Synchronous sends always copy and complete on the receiver's ack.
+//! While the peer's send queue is full ([`super::flow`]) a send waits,
+//! uncopied and incomplete, until room is made.
 
 use super::action::{Event, Out, Status};
 use super::ids::{Cookie, PeerId, ReqId};
@@ -43,10 +45,24 @@ pub(super) fn put_eager(mem: &mut [u8], at: usize, hdr: &Header, buf: &UserBuf) 
 }
 
 impl Core {
-    /// Starts a send. An error refuses it at once (nothing was sent and no
-    /// event will follow).
+    /// Starts a send, or queues it while the peer's send queue is full
+    /// ([`super::flow`]). An error refuses it at once (nothing was sent and
+    /// no event will follow).
     pub(crate) fn send(&mut self, s: SendArgs, out: &mut Out) -> Result<(), CoreError> {
         self.flush_bundles(Some(s.peer), out);
+        self.check_peer(s.peer)?;
+        if self.send_must_wait(&s) {
+            if s.buf.len() > self.peers[s.peer.index()].eager_limit {
+                self.rndv_refusal(&s)?;
+            }
+            self.defer_send(s);
+            return Ok(());
+        }
+        self.send_now(s, out)
+    }
+
+    /// Starts a send that flow control let through.
+    pub(super) fn send_now(&mut self, s: SendArgs, out: &mut Out) -> Result<(), CoreError> {
         self.check_peer(s.peer)?;
         let len = s.buf.len();
         let p = &self.peers[s.peer.index()];
@@ -74,7 +90,10 @@ impl Core {
             self.flush_bundle(s.peer, out);
         }
         let mut hdr = self.matchable_header(s.peer, Kind::Eager, s.ctx, s.src, s.tag, len);
-        let mut b = self.take_tx(rail, out);
+        let need = hdr.wire_len() + if zero_copy { 0 } else { len };
+        let mut b = self.take_tx_for(rail, need, out);
+        let held = Self::buf_cost(b.mem.len());
+        self.flow.charge(s.peer, held);
         let then = if s.sync {
             let cookie = self.new_cookie();
             hdr.flags |= wire::FLAG_SYNC;
@@ -88,10 +107,10 @@ impl Core {
         };
         if zero_copy {
             let n = hdr.encode(&mut b.mem);
-            self.send_packet(s.peer, b, n, Some(s.buf), then, out);
+            self.send_held_packet(s.peer, b, n, Some(s.buf), then, held, out);
         } else {
             let n = put_eager(&mut b.mem, 0, &hdr, &s.buf);
-            self.send_packet(s.peer, b, n, None, then, out);
+            self.send_held_packet(s.peer, b, n, None, then, held, out);
             if !s.sync {
                 out.events.push(Event::Send {
                     req: s.req,

@@ -171,6 +171,20 @@ impl<K: SlabKey, T> Slab<K, T> {
         self.len
     }
 
+    /// One more than the highest id in use (ids are below it).
+    pub(crate) fn bound(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Frees the table once empty if a burst grew it beyond `keep`
+    /// entries (ids then start from 0 again).
+    pub(crate) fn shrink_if_empty(&mut self, keep: usize) {
+        if self.len == 0 && self.entries.len() > keep {
+            self.entries = Vec::new();
+            self.free = Vec::new();
+        }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }

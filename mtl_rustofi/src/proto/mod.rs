@@ -33,6 +33,7 @@ mod abort;
 pub(crate) mod action;
 mod coalesce;
 mod eager;
+mod flow;
 pub(crate) mod ids;
 mod mrcache;
 mod peers;
@@ -47,6 +48,8 @@ mod usermr;
 
 pub(crate) use action::{Access, Action, Event, Out, PostError, Posted, Status};
 pub(crate) use eager::SendArgs;
+#[cfg(test)]
+pub(crate) use flow::OP_OVERHEAD;
 pub(crate) use recv::ProbeInfo;
 #[cfg(test)]
 pub(crate) use txq::RESENDS;
@@ -200,13 +203,19 @@ pub(crate) struct CoreConfig {
     /// Read rendezvous of at least this many bytes stripe over the peer's
     /// stripe endpoints (0: never).
     pub(crate) stripe_min: usize,
+    /// Bytes held for one peer's uncompleted sends before sends wait, and
+    /// for all peers together ([`flow`]).
+    pub(crate) send_queue_limit: usize,
+    pub(crate) send_queue_total: usize,
 }
 
 /// A rail: its profile and its transmit-side state.
 struct Rail {
     profile: RailProfile,
-    /// Free bounce buffers.
+    /// Free bounce buffers of the rail's full size.
     tx_free: Vec<TxBuf>,
+    /// Free small bounce buffers ([`txq::SMALL_BUF`]).
+    tx_small: Vec<TxBuf>,
     /// Bounce buffers in existence (free, queued, posted or bundled).
     tx_total: usize,
     /// Operations waiting for a credit or for the provider to take them.
@@ -247,6 +256,8 @@ pub(crate) struct Core {
     fault: Fault,
     /// Peers that may have an open coalescing bundle.
     open_bundles: Vec<PeerId>,
+    /// Bytes held for uncompleted sends, and sends waiting for room.
+    flow: flow::Flow,
     /// Some operation or receive buffer waits in a rail's retry queue
     /// (lets a tick with nothing to do return at once).
     queued: bool,
@@ -281,6 +292,7 @@ impl Core {
                 .map(|profile| Rail {
                     profile,
                     tx_free: Vec::new(),
+                    tx_small: Vec::new(),
                     tx_total: 0,
                     retry: VecDeque::new(),
                     rx_retry: VecDeque::new(),
@@ -302,6 +314,7 @@ impl Core {
             next_tag_base: 1,
             next_key: 1,
             open_bundles: Vec::new(),
+            flow: flow::Flow::new(cfg.send_queue_limit, cfg.send_queue_total),
             queued: false,
             retired: Vec::new(),
             mr_cache: None,
@@ -336,7 +349,11 @@ impl Core {
     /// operations and receive posts.
     #[inline]
     pub(crate) fn tick(&mut self, out: &mut Out) {
-        if !self.queued && self.open_bundles.is_empty() && self.retired.is_empty() {
+        if !self.queued
+            && self.open_bundles.is_empty()
+            && self.retired.is_empty()
+            && !self.flow.any_waiting()
+        {
             return;
         }
         // Bounce buffers retired in an earlier batch of actions: the driver
@@ -345,6 +362,7 @@ impl Core {
         self.retired.clear();
         self.flush_bundles(None, out);
         self.run_retries(out);
+        self.drain_deferred(out);
     }
 
     /// Whether transfers are still under way (finalize waits for them).
@@ -354,6 +372,7 @@ impl Core {
             || !self.rndv_recv.is_empty()
             || self.rails.iter().any(|r| !r.retry.is_empty())
             || self.peers.iter().any(|p| p.has_bundle())
+            || self.flow.any_waiting()
     }
 
     /// What is left in the core's tables; all zero when it is quiet.
@@ -378,7 +397,7 @@ impl Core {
             tx_buffers_out: self
                 .rails
                 .iter()
-                .map(|r| r.tx_total - r.tx_free.len())
+                .map(|r| r.tx_total - r.tx_free.len() - r.tx_small.len())
                 .sum(),
         }
     }

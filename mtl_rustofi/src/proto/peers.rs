@@ -117,6 +117,7 @@ impl Core {
             "peer {} can no longer be reached; its pending transfers fail",
             peer.0
         ));
+        self.flow_peer_lost(peer, out);
         if let Some(b) = self.peers[peer.index()].bundle.take() {
             let rail = self.peers[peer.index()].rail;
             for req in b.reqs {

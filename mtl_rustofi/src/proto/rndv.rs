@@ -93,14 +93,12 @@ pub(super) struct RecvRndv {
 }
 
 impl Core {
-    pub(super) fn start_rndv_send(
-        &mut self,
-        s: super::eager::SendArgs,
-        out: &mut Out,
-    ) -> Result<(), CoreError> {
+    /// Why a rendezvous send to the peer cannot be made at all (refused at
+    /// once, before it could wait in a send queue).
+    pub(super) fn rndv_refusal(&self, s: &super::eager::SendArgs) -> Result<(), CoreError> {
         let rail = self.peers[s.peer.index()].rail;
         let prof = &self.rails[rail.index()].profile;
-        let (read, mr_local) = (prof.rndv_read, prof.mr_local);
+        let read = prof.rndv_read;
         let msg = !read && prof.rndv_msg;
         if msg && self.data_chunk(s.peer) == 0 {
             return Err(CoreError(format!(
@@ -118,6 +116,19 @@ impl Core {
                 self.peers[s.peer.index()].eager_limit
             )));
         }
+        Ok(())
+    }
+
+    pub(super) fn start_rndv_send(
+        &mut self,
+        s: super::eager::SendArgs,
+        out: &mut Out,
+    ) -> Result<(), CoreError> {
+        self.rndv_refusal(&s)?;
+        let rail = self.peers[s.peer.index()].rail;
+        let prof = &self.rails[rail.index()].profile;
+        let (read, mr_local) = (prof.rndv_read, prof.mr_local);
+        let msg = !read && prof.rndv_msg;
         self.flush_bundle(s.peer, out);
         let len = s.buf.len();
         Stats::add(&self.stats.sent_msgs, 1);

@@ -69,6 +69,9 @@ pub(super) struct Packet {
     pub(super) payload: Option<UserBuf>,
     pub(super) then: AfterSend,
     pub(super) resends_left: u8,
+    /// Bytes charged to the peer's flow control ([`super::flow`]) until
+    /// the packet is reported.
+    pub(super) held: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,17 +124,51 @@ impl Op {
     }
 }
 
+/// Operation slots kept after a burst; a table grown beyond is freed when
+/// the last operation is reported.
+const OPS_KEPT: usize = 4096;
+
+/// Size of the small bounce buffers: a header and a small payload. A packet
+/// that fits takes one of these instead of a buffer of the rail's full
+/// size (64 KiB over tcp), so that many small sends queued at once hold
+/// little memory.
+pub(super) const SMALL_BUF: usize = 256;
+
 impl Core {
     /// A free bounce buffer of the rail, made (and registered where the
     /// rail needs it) if the pool is empty.
     #[inline]
     pub(super) fn take_tx(&mut self, rail: RailId, out: &mut Out) -> TxBuf {
+        let size = self.rails[rail.index()].profile.buf_size;
+        self.take_sized(rail, size, out)
+    }
+
+    /// A bounce buffer for a packet of `need` bytes: a small one where it
+    /// fits, else one of the rail's full size.
+    #[inline]
+    pub(super) fn take_tx_for(&mut self, rail: RailId, need: usize, out: &mut Out) -> TxBuf {
+        let full = self.rails[rail.index()].profile.buf_size;
+        let size = if need <= SMALL_BUF && SMALL_BUF < full {
+            SMALL_BUF
+        } else {
+            full
+        };
+        self.take_sized(rail, size, out)
+    }
+
+    #[inline]
+    fn take_sized(&mut self, rail: RailId, size: usize, out: &mut Out) -> TxBuf {
         let r = &mut self.rails[rail.index()];
-        if let Some(b) = r.tx_free.pop() {
+        let pool = if size == r.profile.buf_size {
+            &mut r.tx_free
+        } else {
+            &mut r.tx_small
+        };
+        if let Some(b) = pool.pop() {
             return b;
         }
         r.tx_total += 1;
-        let mem = vec![0u8; r.profile.buf_size].into_boxed_slice();
+        let mem = vec![0u8; size].into_boxed_slice();
         let mut b = TxBuf { mem, mr: None };
         if r.profile.mr_local {
             let region = b.region(b.mem.len());
@@ -140,15 +177,22 @@ impl Core {
         b
     }
 
-    /// Returns a bounce buffer to the pool. Bursts beyond the provider's
+    /// Returns a bounce buffer to its pool. Bursts beyond the provider's
     /// queue depth grow the pool (each queued eager send holds its copy);
-    /// the excess is freed again as the burst drains.
+    /// the excess is freed again as the burst drains, and each free list's
+    /// own array is shrunk once it empties after a burst.
     #[inline]
     pub(super) fn recycle_tx(&mut self, rail: RailId, b: TxBuf, out: &mut Out) {
         let unusable = self.tx_unusable(&b);
         let r = &mut self.rails[rail.index()];
-        if !unusable && r.tx_free.len() < r.profile.tx_depth.max(256) {
-            r.tx_free.push(b);
+        let keep = r.profile.tx_depth.max(256);
+        let pool = if b.mem.len() == r.profile.buf_size {
+            &mut r.tx_free
+        } else {
+            &mut r.tx_small
+        };
+        if !unusable && pool.len() < keep {
+            pool.push(b);
             return;
         }
         r.tx_total -= 1;
@@ -244,6 +288,12 @@ impl Core {
                 self.rndv_recv_registered(id, mr, r, out)
             }
         }
+    }
+
+    /// One more than the highest operation id in use: contexts of ids from
+    /// here on name no operation and may be freed.
+    pub(crate) fn op_ids_bound(&self) -> usize {
+        self.ops.bound()
     }
 
     /// Queues a new operation for the driver: it is handed over at once
@@ -392,6 +442,9 @@ impl Core {
             self.error("completion for an unknown operation");
             return;
         };
+        // A burst's table goes once the burst is over (the driver's
+        // contexts follow it, see `op_ids_bound`).
+        self.ops.shrink_if_empty(OPS_KEPT);
         self.rails[op.rail().index()].inflight -= op.takes_credit() as usize;
         match &op {
             Op::Packet(p) => {
@@ -413,6 +466,9 @@ impl Core {
                     });
                 }
                 self.packet_done(p, out);
+                if self.flow.any_waiting() {
+                    self.drain_deferred(out);
+                }
                 if let AfterSend::Data(cookie) = then {
                     self.data_sent(cookie, false, out);
                 }
@@ -530,6 +586,9 @@ impl Core {
 
     #[inline]
     fn packet_done(&mut self, p: Packet, out: &mut Out) {
+        if p.held > 0 {
+            self.flow.release(p.peer, p.held);
+        }
         let peer = &mut self.peers[p.peer.index()];
         peer.inflight = peer.inflight.saturating_sub(1);
         self.recycle_tx(p.rail, p.buf, out);
@@ -546,6 +605,23 @@ impl Core {
         then: AfterSend,
         out: &mut Out,
     ) {
+        self.send_held_packet(peer, buf, len, payload, then, 0, out);
+    }
+
+    /// [`Core::send_packet`] of a packet whose `held` bytes are charged to
+    /// the peer's flow control, released when it is reported.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(super) fn send_held_packet(
+        &mut self,
+        peer: PeerId,
+        buf: TxBuf,
+        len: usize,
+        payload: Option<UserBuf>,
+        then: AfterSend,
+        held: usize,
+        out: &mut Out,
+    ) {
         let p = &mut self.peers[peer.index()];
         p.inflight += 1;
         let rail = p.rail;
@@ -557,6 +633,7 @@ impl Core {
             payload,
             then,
             resends_left: RESENDS,
+            held,
         }));
         // Packets always take a credit, so the generic `submit_op` and
         // `emit` (a match over every kind) are skipped on this, the
@@ -636,7 +713,7 @@ impl Core {
     /// Sends a control packet (header only).
     pub(super) fn send_ctrl(&mut self, peer: PeerId, hdr: &crate::wire::Header, out: &mut Out) {
         let rail = self.peers[peer.index()].rail;
-        let mut b = self.take_tx(rail, out);
+        let mut b = self.take_tx_for(rail, hdr.wire_len(), out);
         let n = hdr.encode(&mut b.mem);
         self.send_packet(peer, b, n, None, AfterSend::Nothing, out);
     }

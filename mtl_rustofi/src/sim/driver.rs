@@ -387,7 +387,8 @@ impl World {
                         },
                     );
                 }
-                let d = self.completion_delay();
+                // A peer that takes nothing in holds up the transmit.
+                let d = self.completion_delay() + self.stalled_for(to);
                 self.schedule(
                     d,
                     Ev::Complete {

@@ -335,6 +335,19 @@ pub(crate) struct World {
     pub(crate) mem: super::memreuse::MemPlan,
     /// Registrations each node's cache held when the run went quiet.
     pub(crate) cached_at_end: Vec<usize>,
+    /// What the flow-control watch saw (runs with a stalled node).
+    pub(crate) flow_seen: FlowSeen,
+}
+
+/// What the flow-control watch saw over a run with a stalled node
+/// ([`super::flood_cases`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FlowSeen {
+    pub(crate) max_total: usize,
+    pub(crate) max_peer: usize,
+    pub(crate) max_deferred: usize,
+    /// Sends not yet complete when the stalled node woke up.
+    pub(crate) incomplete_at_wake: Option<usize>,
 }
 
 /// FNV-1a, to notice memory that changed under a posted operation.
@@ -398,6 +411,8 @@ impl World {
                 } else {
                     0
                 },
+                send_queue_limit: plan.send_queue.0,
+                send_queue_total: plan.send_queue.1,
             };
             let mut core = Core::new(cfg, rails.profiles.clone(), stats.clone());
             // Most nodes cache registrations, with small bounds so that
@@ -479,6 +494,7 @@ impl World {
             releases: 0,
             mem: Default::default(),
             cached_at_end: Vec::new(),
+            flow_seen: FlowSeen::default(),
         }
     }
 
@@ -501,6 +517,14 @@ impl World {
             base * 50
         } else {
             base
+        }
+    }
+
+    /// How long node `n` still takes nothing in (0: it is awake).
+    pub(crate) fn stalled_for(&self, n: usize) -> u64 {
+        match self.plan.stall {
+            Some(s) if s.node == n => s.until.saturating_sub(self.now),
+            _ => 0,
         }
     }
 

@@ -23,6 +23,7 @@ mod checks;
 mod defects;
 mod driver;
 mod fabric;
+mod flood_cases;
 mod memreuse;
 mod mrcases;
 mod msg_cases;

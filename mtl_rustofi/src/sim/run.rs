@@ -80,6 +80,9 @@ impl World {
                 self.fail("hang: too many events");
             }
             self.handle(q);
+            if self.plan.stall.is_some() {
+                self.watch_flow();
+            }
         }
     }
 
@@ -110,7 +113,12 @@ impl World {
             } => {
                 if self.nodes[to].alive && self.nodes[from].alive {
                     self.nodes[to].rails[rail].pending.push_back((from, pkt));
-                    self.drain(to, rail);
+                    let stalled = self.stalled_for(to);
+                    if stalled > 0 {
+                        self.schedule(stalled, Ev::Drain { node: to, rail });
+                    } else {
+                        self.drain(to, rail);
+                    }
                 }
             }
             Ev::Drain { node, rail } => {

@@ -96,7 +96,23 @@ pub(crate) struct Plan {
     pub(crate) allow_unmatched: bool,
     /// The core's own fault injection (MCA `fault_inject`), per node.
     pub(crate) core_faults: Vec<(usize, crate::config::Fault)>,
+    /// Every core's `send_queue_limit` and `send_queue_total`.
+    pub(crate) send_queue: (usize, usize),
+    /// A node that takes nothing in until a time ([`Stall`]).
+    pub(crate) stall: Option<Stall>,
 }
+
+/// A node busy outside MPI until `until` ns: packets to it wait in the
+/// fabric, and the transmits of packets sent to it do not complete until
+/// then (a provider whose peer does not read its socket).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stall {
+    pub(crate) node: usize,
+    pub(crate) until: u64,
+}
+
+/// The default send queue limits (those of the MCA parameters).
+pub(crate) const SEND_QUEUE: (usize, usize) = (4 << 20, 32 << 20);
 
 /// Byte `i` of message `id`: the first eight bytes hold the id, the rest a
 /// pattern that differs between messages.
@@ -281,6 +297,13 @@ impl Plan {
                 Cmd::Probe(Selector { ctx, src, tag }),
             ));
         }
+        // Half the runs with send queues of a few buffers, so that sends
+        // wait for room among every other event of the matrix.
+        if rng.chance(500) {
+            let full = rails.profiles[0].buf_size + 128;
+            let limit = rng.usize(4096, 4 * full);
+            plan.send_queue = (limit, limit * rng.usize(1, 3));
+        }
         plan
     }
 
@@ -401,6 +424,8 @@ impl Plan {
             death: None,
             allow_unmatched: false,
             core_faults: Vec::new(),
+            send_queue: SEND_QUEUE,
+            stall: None,
         }
     }
 }

@@ -263,6 +263,16 @@ impl ShmRail {
         })
     }
 
+    /// Starts serving a same-host peer if its published address is one of
+    /// this job's on this host (`None` if not).
+    pub(crate) fn insert_if_reachable(
+        &mut self,
+        name: &[u8],
+    ) -> Option<Result<FiAddr, crate::engine::EngineError>> {
+        self.reaches(name)
+            .then(|| self.insert(name).map_err(crate::engine::EngineError))
+    }
+
     /// Starts serving a peer: its ring to us is polled from now on.
     pub(crate) fn insert(&mut self, name: &[u8]) -> Result<FiAddr, String> {
         let a = Addr::decode(name)
@@ -355,9 +365,13 @@ impl ShmRail {
     }
 
     /// Hands every packet waiting in the peers' rings to the core (up to
-    /// a budget per peer). Returns the number of packets.
+    /// a budget per peer), if the core wants the rail polled. Returns the
+    /// number of packets.
     #[inline]
     pub(crate) fn poll(&mut self, rail: RailId, core: &mut Core, out: &mut Out) -> usize {
+        if !core.rail_needs_poll(rail) {
+            return 0;
+        }
         let mut total = 0;
         for (from, c) in &mut self.rx {
             for _ in 0..POLL_BUDGET {

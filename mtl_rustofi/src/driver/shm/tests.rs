@@ -3,22 +3,12 @@
 
 use super::ring::Cells;
 use super::*;
-use crate::config::{self, Fault, RawParams};
+use crate::config::{self, Fault};
 use crate::proto::{CoreConfig, Stats};
 use std::sync::Arc;
 
 fn settings() -> Settings {
-    config::validate(&RawParams {
-        eager_limit: config::EAGER_AUTO,
-        coalesce: 1,
-        mr_cache_size: 64,
-        stripe_min: 1 << 20,
-        priority: 25,
-        chunk: 1 << 26,
-        rx_buffers: 256,
-        ..Default::default()
-    })
-    .unwrap()
+    config::validate(&config::test_params()).unwrap()
 }
 
 /// Ranks 0 and 1 of a job of two, each having inserted the other.
@@ -58,11 +48,14 @@ fn region(b: &[u8]) -> Region {
 
 /// A core with this rail's profile, knowing process `peer` on it.
 fn core(rail: &ShmRail, peer: u64) -> Core {
+    let s = settings();
     let cfg = CoreConfig {
         my_name: 1,
         coalesce: true,
         fault: Fault::None,
         stripe_min: 0,
+        send_queue_limit: s.send_queue_limit,
+        send_queue_total: s.send_queue_total,
     };
     let mut c = Core::new(cfg, vec![rail.profile.clone()], Arc::new(Stats::default()));
     c.add_peer(peer, RailId(0), FiAddr(0), 8192);
