@@ -126,7 +126,7 @@ check_test() {
         # Rank r's counter lines on tcp;ofi_rxm with numeric counters.
         line=$(awk -v r="$r" "$COUNTERS_AWK"'
             counter_fields(f) && f["rank"] == r && f["provider"] == "tcp;ofi_rxm" \
-                && f["shm"] ~ /^[a-z]+$/ && f["net_peers"] ~ /^[0-9]+$/ \
+                && f["shm"] == "rustofi-shm" && f["net_peers"] ~ /^[0-9]+$/ \
                 && f["shm_peers"] ~ /^[0-9]+$/ && f["sent_msgs"] ~ /^[0-9]+$/ \
                 && f["sent_bytes"] ~ /^[0-9]+$/ && f["recv_msgs"] ~ /^[0-9]+$/ {
                 print counter_line

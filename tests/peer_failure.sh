@@ -2,7 +2,7 @@
 # A peer that dies does not leave its survivors waiting for ever, and a peer
 # that is merely busy outside MPI is not given up.
 #
-# Usage: tests/peer_failure.sh [PROVIDER...]   (default: tcp udp shm)
+# Usage: tests/peer_failure.sh [PROVIDER...]   (default: tcp udp shm fishm)
 #
 # Runs tests/mpi/peerfail/peer_death.c at np 3 with MPI_ERRORS_RETURN, the
 # runtime told to keep the survivors running (--mca orte_enable_recovery 1,
@@ -17,7 +17,8 @@
 #   busy     rank 1 sleeps 10 s outside MPI (peer_timeout 3) while rank 0
 #            waits in a receive from it: the receive must succeed.
 # Providers: tcp and udp with the shm rail off (every peer over the network
-# provider), and "shm": tcp with the shm rail, which carries every peer here.
+# provider); "shm": tcp with the own shared-memory rail, and "fishm": tcp
+# with libfabric's shm provider as the rail, each carrying every peer here.
 # Rank 0's error time is printed per case. Environment: OMPI_PREFIX (Open
 # MPI 5: see scripts/ompi-prefix.sh), RUSTOFI_MCA_DIR, OMPI_COMPONENT_DIR.
 set -euo pipefail
@@ -40,13 +41,14 @@ PEER_TIMEOUT=5
 BOUND=20
 LIMIT=90
 PROVIDERS=("$@")
-((${#PROVIDERS[@]})) || PROVIDERS=(tcp udp shm)
+((${#PROVIDERS[@]})) || PROVIDERS=(tcp udp shm fishm)
 FAILED=0
 
 provider_args() {
     case $1 in
         tcp | udp) echo "--mca mtl_rustofi_provider_include $1 --mca mtl_rustofi_shm off" ;;
         shm) echo "--mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_shm on" ;;
+        fishm) echo "--mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_shm libfabric" ;;
         *) echo "unknown provider $1" >&2; exit 2 ;;
     esac
 }

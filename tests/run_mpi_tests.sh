@@ -700,9 +700,11 @@ if has_provider tcp; then
     done
 fi
 
-# The shm rail beside a network provider: same-host peers over shm, one
-# matching engine. Every rank reaches all np ranks (itself included) through
-# shm, none through the network provider.
+# The shared-memory rails beside a network provider: same-host peers over
+# shared memory, one matching engine. Every rank reaches all np ranks
+# (itself included) through it, none through the network provider. shm=on
+# is the component's own rail (what auto picks), shm=libfabric libfabric's
+# shm provider.
 for prov in tcp udp; do
     has_provider $prov || continue
     for prog in $P2P_PROGS; do
@@ -713,17 +715,33 @@ for prov in tcp udp; do
         esac
         [[ $prov == tcp || $prog == order_wildcard ]] || continue
         run_test "$prog" "$prov" 2 "$c" shm=on
+        [[ $prov == tcp ]] && run_test "$prog" "$prov" 2 "$c" shm=libfabric
     done
 done
 if has_provider tcp; then
-    # coalescing of back-to-back small sends: it happens (tcp, shm rail),
-    # and can be switched off
+    # The own rail: large messages by cross-memory attach (said at verbose
+    # 2), by data packets through the rings when asked, several ranks at
+    # once; a corrupted read key (the sender's pid) fails the read instead
+    # of reading another process; a malformed packet is refused.
+    run_test big_checksum tcp 2 "clean rndv>=4 shm_peers=4 grep=cma=on.rndv=read" \
+        shm=on verbose=2
+    run_test big_checksum tcp 2 "clean rndv>=4 shm_peers=4" shm=on rndv_protocol=msg \
+        -- 67108867
+    run_test threads tcp 4 "clean shm_peers=16 net_peers=0" shm=on
+    run_test errors tcp 2 "errors>=1" shm=on fault_inject=rma_key rndv_protocol=read \
+        -- expect_error
+    run_test order_wildcard tcp 2 "grep=malformed shm_peers=4" shm=on fault_inject=bad_packet
+    # coalescing of back-to-back small sends: it happens (tcp, libfabric's
+    # shm rail), and can be switched off; the own rail copies each send into
+    # the ring at once, so nothing is in flight to coalesce behind
     run_test coalesce tcp 2 "clean coalesced>=100"
-    run_test coalesce tcp 2 "clean coalesced>=100 shm_peers=4" shm=on
+    run_test coalesce tcp 2 "clean coalesced>=100 shm_peers=4" shm=libfabric
+    run_test coalesce tcp 2 "clean coalesced=0 shm_peers=4" shm=on
     run_test coalesce tcp 2 "clean coalesced=0" coalesce=0
     run_test collectives tcp 4 "clean shm_peers=16 net_peers=0" shm=auto
     run_test threads tcp 3 "clean shm_peers=9 net_peers=0" shm=auto
     run_test big_checksum tcp 2 "clean rndv>=4 shm_peers=4" shm=on rndv_protocol=send
+    run_test big_checksum tcp 2 "clean rndv>=4 shm_peers=4" shm=libfabric rndv_protocol=send
     # off really keeps same-host peers on the network provider
     run_test order_wildcard tcp 2 "clean shm_peers=0 net_peers=4" shm=off
 fi

@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
-# Nothing left in /dev/shm: the shm rail's shared-memory files are removed
-# when a job ends, whether the ranks finalize or one is killed with SIGKILL.
+# Nothing left in /dev/shm: the shared-memory files of both same-host
+# rails are removed when a job ends, whether the ranks finalize or one is
+# killed with SIGKILL.
 #
 # Usage: tests/shm_cleanup.sh
 #
-# Runs tests/mpi/cleanup/wait_for_kill.c at np 3 (--mca mtl rustofi, tcp with
-# the default shm rail, so every peer is reached over shm):
+# Runs tests/mpi/cleanup/wait_for_kill.c at np 3 (--mca mtl rustofi, tcp, so
+# every peer is reached over shared memory), first with libfabric's shm
+# provider (mtl_rustofi_shm libfabric):
 #   killed   every rank reports READY with its pid; the script checks that
 #            each rank's /dev/shm/<pid>:* file exists (the check below is not
 #            vacuous), kills rank 1 with SIGKILL, waits for mpirun to take
 #            the job down, and then requires that no /dev/shm/<pid>:* of any
 #            rank remains;
-#   finished the same job ending in MPI_Finalize: no file may remain.
+#   finished the same job ending in MPI_Finalize: no file may remain;
+# then with the component's own rail (the default, auto), whose segment
+# (named at verbose 2: segment=/dev/shm/rustofi1-<uid>-<jobid>-<host>) is unlinked
+# as soon as every local rank has attached: killed-own and finished-own
+# require that the verbose line names it (the rail is in use), that it is
+# already gone while the ranks wait (READY comes after MPI_Init), and that
+# it is gone after the job.
 # Other jobs may create and remove files in /dev/shm meanwhile: only names
 # starting with this job's pids are judged. The runtime removes the files
 # when it tears the job down; the script allows it up to 20 s after mpirun
@@ -44,13 +52,22 @@ leftovers() {
     done
 }
 
+# The own rail's segment path(s) named in a log.
+own_segments() {
+    grep -o 'segment=/dev/shm/rustofi1-[0-9a-f-]*' "$1" | sed 's/^segment=//' | sort -u
+}
+
 run_case() {
-    local mode=$1 log=$BUILD_DIR/$1.log
+    local mode=$1 log=$BUILD_DIR/$1.log own=0
+    [[ $mode == *-own ]] && own=1
+    local -a rail=(--mca mtl_rustofi_shm libfabric)
+    ((own)) && rail=(--mca mtl_rustofi_shm auto --mca mtl_rustofi_verbose 2)
     CASE_FAILED=0
     : >"$log"
+    local what=${mode%-own}
     timeout -k 10 120 mpirun -np $NP --oversubscribe --bind-to none "${root_args[@]}" \
-        --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
-        "$PROG" "${mode%ed}" >"$log" 2>&1 &
+        --mca mtl rustofi --mca mtl_rustofi_provider_include tcp "${rail[@]}" \
+        "$PROG" "${what%ed}" >"$log" 2>&1 &
     local runner=$! pids=() i
     for ((i = 0; i < 600; i++)); do
         mapfile -t pids < <(awk '$1 == "READY" { print $3 }' "$log")
@@ -64,7 +81,22 @@ run_case() {
         fail "$mode" "only ${#pids[@]} of $NP ranks got ready (log $log)"
         return
     fi
-    if [[ $mode == killed ]]; then
+    local segs=""
+    if ((own)); then
+        segs=$(own_segments "$log")
+        if [[ -z $segs ]]; then
+            fail "$mode" "no rank named its shared-memory segment (the own rail was not in use?)"
+        fi
+        local s
+        for s in $segs; do
+            if [[ -e $s ]]; then
+                fail "$mode" "$s still exists after every rank attached"
+            fi
+        done
+        if [[ $what == killed ]]; then
+            kill -KILL "$(awk '$1 == "READY" && $2 == 1 { print $3 }' "$log")"
+        fi
+    elif [[ $what == killed ]]; then
         local during
         during=$(leftovers "${pids[@]}" | wc -l)
         if ((during < NP)); then
@@ -77,15 +109,20 @@ run_case() {
     fi
     local rc=0
     wait $runner || rc=$?
-    if [[ $mode == finished ]] && { ((rc != 0)) || ! grep -q '^PASS wait_for_kill' "$log"; }; then
+    if [[ $what == finished ]] && { ((rc != 0)) || ! grep -q '^PASS wait_for_kill' "$log"; }; then
         fail "$mode" "job failed (exit $rc, log $log)"
     fi
-    if [[ $mode == killed ]] && ((rc == 0 || rc == 124)); then
+    if [[ $what == killed ]] && ((rc == 0 || rc == 124)); then
         fail "$mode" "mpirun exit $rc after a rank was killed (expected an abort, log $log)"
     fi
     local left=""
     for ((i = 0; i < 200; i++)); do
-        left=$(leftovers "${pids[@]}")
+        left=$(
+            leftovers "${pids[@]}"
+            for s in $segs; do
+                if [[ -e $s ]]; then echo "$s"; fi
+            done
+        )
         [[ -z $left ]] && break
         sleep 0.1
     done
@@ -98,4 +135,6 @@ run_case() {
 
 run_case killed
 run_case finished
+run_case killed-own
+run_case finished-own
 exit $FAILED

@@ -7,17 +7,20 @@
 #               and ob1-tcp
 #   ofi         pml cm + Open MPI's own mtl ofi over libfabric tcp
 #   ob1-tcp     pml ob1 + btl tcp,self
-#   rustofi-shm pml cm + mtl rustofi, tcp with the shm rail (the default):
-#               the same-host peer is reached through libfabric's shm
-#               provider; compared with ob1-vader
+#   rustofi-shm pml cm + mtl rustofi, tcp with the same-host rail on its
+#               default (auto): the component's own shared-memory transport;
+#               compared with ob1-vader
+#   rustofi-fishm  the same with mtl_rustofi_shm libfabric: the same-host
+#               peer is reached through libfabric's shm provider
 #   ob1-vader   pml ob1 + btl vader,self (shared memory; btl sm,self on
 #               Open MPI 5, where vader is called sm)
 # shellcheck disable=SC2034  # used by the scripts that source this file
-BENCH_CONFIGS_ALL="rustofi ofi ob1-tcp rustofi-shm ob1-vader"
+BENCH_CONFIGS_ALL="rustofi ofi ob1-tcp rustofi-shm rustofi-fishm ob1-vader"
 config_args() {
   case "$1" in
     rustofi) echo "--mca mtl rustofi --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_shm off" ;;
     rustofi-shm) echo "--mca mtl rustofi --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_shm auto" ;;
+    rustofi-fishm) echo "--mca mtl rustofi --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_shm libfabric" ;;
     ofi) echo "--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tcp" ;;
     ob1-tcp) echo "--mca pml ob1 --mca btl tcp,self" ;;
     # Open MPI 5 renamed btl vader to sm

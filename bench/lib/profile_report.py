@@ -27,12 +27,13 @@ from collections import defaultdict
 
 CONFIG_DESC = {
     "rustofi": "pml cm + mtl rustofi, libfabric tcp (mtl_rustofi_shm off)",
-    "rustofi-shm": "pml cm + mtl rustofi, tcp with the shm rail on",
+    "rustofi-shm": "pml cm + mtl rustofi, tcp with its own shared-memory rail (shm on)",
+    "rustofi-fishm": "pml cm + mtl rustofi, tcp with libfabric's shm provider (shm libfabric)",
     "ofi": "pml cm + mtl ofi, libfabric tcp",
     "ob1-tcp": "pml ob1 + btl tcp,self",
     "ob1-vader": "pml ob1 + btl vader,self",
 }
-ORDER = ["rustofi", "rustofi-shm", "ofi", "ob1-tcp", "ob1-vader"]
+ORDER = ["rustofi", "rustofi-shm", "rustofi-fishm", "ofi", "ob1-tcp", "ob1-vader"]
 GROUPS = ["program+libmpi", "pml", "mtl/btl", "opal", "libfabric", "libc", "other"]
 NAMED = [
     "PMPI_Send", "PMPI_Recv", "opal_progress",

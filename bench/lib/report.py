@@ -14,7 +14,7 @@ BENCHES  benchmark names, comma or space separated, in report order
 
 Writes OUT/medians.csv (benchmark,config,size,median,min,max), OUT/report.md
 (a table per benchmark, medians over the repeats, with rustofi/ofi,
-rustofi/ob1-tcp and rustofi-shm/ob1-vader ratio columns for those
+rustofi/ob1-tcp, rustofi-shm/ob1-vader and rustofi-fishm/ob1-vader ratio columns for those
 configurations that are present) and
 OUT/<benchmark>.png (value vs message size, log-log).
 """
@@ -28,7 +28,8 @@ from collections import defaultdict
 
 CONFIG_DESC = {
     "rustofi": "pml cm + mtl rustofi (libfabric tcp carrying all traffic, mtl_rustofi_shm off)",
-    "rustofi-shm": "pml cm + mtl rustofi, tcp with the shm rail for same-host peers (the default)",
+    "rustofi-shm": "pml cm + mtl rustofi, tcp with its own shared-memory rail for same-host peers (the default)",
+    "rustofi-fishm": "pml cm + mtl rustofi, tcp with libfabric's shm provider for same-host peers (mtl_rustofi_shm libfabric)",
     "ofi": "pml cm + mtl ofi (libfabric tcp)",
     "ob1-tcp": "pml ob1 + btl tcp,self",
     "ob1-vader": "pml ob1 + btl vader,self",
@@ -54,7 +55,8 @@ UNITS = {
 }
 
 # (ours, theirs) ratio columns: the network paths, then the shared-memory paths.
-RATIOS = [("rustofi", "ofi"), ("rustofi", "ob1-tcp"), ("rustofi-shm", "ob1-vader")]
+RATIOS = [("rustofi", "ofi"), ("rustofi", "ob1-tcp"), ("rustofi-shm", "ob1-vader"),
+          ("rustofi-fishm", "ob1-vader")]
 
 
 def split_list(s):

@@ -36,7 +36,7 @@ static const mca_base_var_enum_value_t tagged_values[] = {{0, "auto"}, {1, "off"
 /* Numbered so that the numeric forms Open MPI also accepts keep their
  * boolean meaning (0 off, 1 on). */
 static const mca_base_var_enum_value_t shm_values[] = {
-    {2, "auto"}, {1, "on"}, {0, "off"}, {0, NULL}};
+    {2, "auto"}, {1, "on"}, {0, "off"}, {3, "libfabric"}, {0, NULL}};
 static const mca_base_var_enum_value_t fault_inject_values[] = {
     {0, "none"}, {1, "rma_key"}, {2, "bad_packet"}, {0, NULL}};
 
@@ -67,11 +67,12 @@ static rustofi_enum_param_t enum_params[RUSTOFI_ENUM_COUNT] = {
         OPAL_INFO_LVL_5, rndv_protocol_values},
     [RUSTOFI_ENUM_SHM] = {
         "shm",
-        "Reach peers on the same host through libfabric's shm provider beside the network "
-        "provider, with one matching engine above both: auto (on for tcp, udp, sockets and other "
-        "providers that would loop local traffic through the network stack; off for efa, which "
-        "already routes same-host peers through shm itself, and when the provider is shm), on, "
-        "or off",
+        "Reach peers on the same host through shared memory, with one matching engine above it "
+        "and the network provider: auto (the component's own shared-memory transport under "
+        "every provider, efa included; if it cannot be opened, libfabric's shm provider where "
+        "it helps, else the network provider), on (the own transport, required: the component "
+        "declines without it), libfabric (libfabric's shm provider as a second endpoint, as "
+        "before the own transport) or off",
         OPAL_INFO_LVL_3, shm_values},
     [RUSTOFI_ENUM_FAULT_INJECT] = {
         "fault_inject",

@@ -15,14 +15,18 @@ pub(crate) enum RndvProtocol {
     Msg,
 }
 
-/// Whether same-host peers are reached through libfabric's shm provider
-/// beside the network provider (MCA `shm`).
+/// How same-host peers are reached (MCA `shm`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ShmMode {
-    /// On unless the network provider already keeps same-host traffic in
-    /// shared memory itself (efa) or is shm itself: see [`shm_wanted`].
+    /// Our own shared-memory rail (`driver/shm`) under every network
+    /// provider; if it cannot be opened, libfabric's shm provider where
+    /// [`shm_wanted`] would open it, else the network provider.
     Auto,
+    /// Our own rail, required: the component declines without it.
     On,
+    /// libfabric's shm provider as a second rail (where [`shm_wanted`]
+    /// says so), required once asked for.
+    Libfabric,
     Off,
 }
 
@@ -240,10 +244,11 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     let shm = match p.shm.unwrap_or("auto").trim().to_ascii_lowercase().as_str() {
         "" | "auto" => ShmMode::Auto,
         "on" | "1" | "true" | "yes" => ShmMode::On,
+        "libfabric" => ShmMode::Libfabric,
         "off" | "0" | "false" | "no" => ShmMode::Off,
         other => {
             return Err(format!(
-                "mtl_rustofi_shm = '{other}' is invalid: use auto, on or off"
+                "mtl_rustofi_shm = '{other}' is invalid: use auto, on, libfabric or off"
             ))
         }
     };
@@ -277,22 +282,31 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
 pub(crate) const ROUTES_LOCAL_ITSELF: &[&str] = &["efa"];
 
 /// Whether to open the shm provider as a second rail for same-host peers,
-/// given the network provider's name. `auto` says yes for providers that
-/// would otherwise loop same-host traffic through the network stack (tcp,
-/// udp, sockets, verbs, ...), no for efa (it routes local peers through
-/// shm internally, so a second rail would only duplicate that) and no when
+/// given the network provider's name. `libfabric` says yes; `auto` (for
+/// when our own rail cannot be opened) says yes for providers that would
+/// otherwise loop same-host traffic through the network stack (tcp, udp,
+/// sockets, verbs, ...), no for efa (it routes local peers through shm
+/// internally, so a second rail would only duplicate that); and no when
 /// the network provider is shm itself.
 pub(crate) fn shm_wanted(mode: ShmMode, provider: &str) -> bool {
     if name_matches("shm", provider) {
         return false;
     }
     match mode {
-        ShmMode::Off => false,
-        ShmMode::On => true,
+        ShmMode::Off | ShmMode::On => false,
+        ShmMode::Libfabric => true,
         ShmMode::Auto => !ROUTES_LOCAL_ITSELF
             .iter()
             .any(|p| name_matches(p, provider)),
     }
+}
+
+/// Whether to open our own shared-memory rail (`auto` and `on`, under
+/// every network provider, efa included) for `local_size` ranks of the job
+/// on this host (a rank alone on its host still sends to itself through
+/// it).
+pub(crate) fn local_wanted(mode: ShmMode, local_size: usize) -> bool {
+    matches!(mode, ShmMode::Auto | ShmMode::On) && local_size >= 1
 }
 
 /// The entry of the shm provider among `candidates`, if it is offered.
@@ -395,25 +409,32 @@ pub(crate) fn select_provider(candidates: &[String], s: &Settings) -> Result<usi
         })
 }
 
+/// Every parameter at its default, as Open MPI would hand them over (for
+/// tests elsewhere in the crate that need valid settings).
+#[cfg(test)]
+pub(crate) fn test_params() -> RawParams<'static> {
+    RawParams {
+        eager_limit: EAGER_AUTO,
+        coalesce: 1,
+        mr_cache_size: 64,
+        stripe_min: 1 << 20,
+        send_queue_limit: 4 << 20,
+        send_queue_total: 32 << 20,
+        priority: 25,
+        peer_timeout: 30,
+        chunk: 1 << 26,
+        rx_buffers: 256,
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::params::MAX_EAGER;
 
     fn raw() -> RawParams<'static> {
-        RawParams {
-            eager_limit: EAGER_AUTO,
-            coalesce: 1,
-            mr_cache_size: 64,
-            stripe_min: 1 << 20,
-            send_queue_limit: 4 << 20,
-            send_queue_total: 32 << 20,
-            priority: 25,
-            peer_timeout: 30,
-            chunk: 1 << 26,
-            rx_buffers: 256,
-            ..Default::default()
-        }
+        test_params()
     }
 
     fn cands() -> Vec<String> {
@@ -465,6 +486,8 @@ mod tests {
         assert_eq!(validate(&p).unwrap().shm, ShmMode::Off);
         p.shm = Some("on");
         assert_eq!(validate(&p).unwrap().shm, ShmMode::On);
+        p.shm = Some("LibFabric");
+        assert_eq!(validate(&p).unwrap().shm, ShmMode::Libfabric);
         p.shm = Some("sometimes");
         let e = validate(&p).unwrap_err();
         assert!(
@@ -475,12 +498,27 @@ mod tests {
         assert!(shm_wanted(ShmMode::Auto, "udp;ofi_rxd"));
         assert!(shm_wanted(ShmMode::Auto, "sockets"));
         assert!(!shm_wanted(ShmMode::Auto, "efa"));
-        assert!(shm_wanted(ShmMode::On, "efa"));
+        assert!(shm_wanted(ShmMode::Libfabric, "efa"));
+        assert!(
+            !shm_wanted(ShmMode::On, "tcp;ofi_rxm"),
+            "on is our own rail"
+        );
         assert!(!shm_wanted(ShmMode::Off, "tcp;ofi_rxm"));
         assert!(
-            !shm_wanted(ShmMode::On, "shm"),
+            !shm_wanted(ShmMode::Libfabric, "shm"),
             "shm needs no second shm rail"
         );
+        // Our own rail under every provider, efa included, when there is
+        // another local rank.
+        assert!(local_wanted(ShmMode::Auto, 2));
+        assert!(local_wanted(ShmMode::On, 4));
+        assert!(
+            local_wanted(ShmMode::Auto, 1),
+            "a rank alone sends to itself"
+        );
+        assert!(!local_wanted(ShmMode::Auto, 0));
+        assert!(!local_wanted(ShmMode::Libfabric, 4));
+        assert!(!local_wanted(ShmMode::Off, 4));
     }
 
     #[test]

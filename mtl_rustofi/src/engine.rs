@@ -9,7 +9,7 @@
 //! a completion callback may call back into the MTL.
 
 use crate::config::Settings;
-use crate::driver::{Caps, Driver};
+use crate::driver::{Caps, Driver, SameHost};
 use crate::fabric::{FiError, InfoList};
 use crate::handoff::{Handoff, Poisoned};
 use crate::inbox::Batch;
@@ -83,19 +83,18 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    /// Opens the network provider at `index` of `list`, if `shm` names an
-    /// entry the shm provider beside it for same-host peers, and a stripe
-    /// endpoint on each entry of `stripes` (other NICs of the provider).
+    /// Opens the network provider at `index` of `list`, as `same` says a
+    /// rail for same-host peers beside it, and a stripe endpoint on each
+    /// entry of `stripes` (other NICs of the provider).
     pub(crate) fn open(
         list: InfoList,
         index: usize,
-        shm: Option<usize>,
-        shm_required: bool,
+        same: SameHost,
         stripes: &[usize],
         settings: Settings,
         my_name: u64,
     ) -> Result<Engine, EngineError> {
-        let mut driver = Driver::open(&list, index, shm, shm_required, stripes, &settings)?;
+        let mut driver = Driver::open(&list, index, same, stripes, &settings)?;
         let stripe_nics: Vec<String> = driver
             .stripe_rails()
             .into_iter()
@@ -130,7 +129,8 @@ impl Engine {
         let shm_segment = names
             .iter()
             .find(|r| r.kind == RailKind::Shm)
-            .and_then(|r| crate::shmfile::segment_path(&r.addr));
+            .and_then(|r| crate::shmfile::segment_path(&r.addr))
+            .or_else(|| driver.local().map(|l| l.path().to_string()));
         let modex = wire::PeerInfo {
             rails: names,
             pid: std::process::id(),
@@ -153,7 +153,7 @@ impl Engine {
             },
             shm_provider: profiles
                 .iter()
-                .find(|p| p.kind == RailKind::Shm)
+                .find(|p| matches!(p.kind, RailKind::Shm | RailKind::Local))
                 .map(|p| p.provider.clone()),
             handoff: Handoff::new(State {
                 driver,
@@ -662,6 +662,19 @@ fn add_peer(st: &mut State, name: u64, modex: &[u8], local: bool) -> Result<usiz
     // Both sides apply the same rule to the same facts (locality is
     // symmetric, each publishes a shm address only if it opened a shm
     // rail), so a pair always talks over the same rail both ways.
+    if local {
+        if let Some(rail) = st.driver.rail_of_kind(RailKind::Local) {
+            if let Some(remote) = info.rail(RailKind::Local) {
+                let l = st.driver.local_mut().expect("the local rail is open");
+                if let Some(addr) = l.insert_if_reachable(&remote.addr) {
+                    let p = st
+                        .core
+                        .add_peer(name, rail, addr?, remote.max_eager as usize);
+                    return Ok(p.handle());
+                }
+            }
+        }
+    }
     let shm = st.driver.rail_of_kind(RailKind::Shm);
     let (rail, remote) = match (local, shm, info.rail(RailKind::Shm)) {
         (true, Some(r), Some(a)) => (r, a),

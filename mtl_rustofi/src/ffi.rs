@@ -413,7 +413,7 @@ pub unsafe extern "C" fn rustofi_init(
                      peers use {}",
                     names[index]
                 );
-                if shm_mode == config::ShmMode::On {
+                if shm_mode == config::ShmMode::Libfabric {
                     crate::log::problem(Topic::NoShm, &msg);
                     return 1;
                 }
@@ -425,17 +425,22 @@ pub unsafe extern "C" fn rustofi_init(
         } else {
             None
         };
-        let shm_required = shm_mode == config::ShmMode::On;
-        let stripe_entries: Vec<usize> = pick.stripes.iter().map(|s| s.1).collect();
-        let opened = Engine::open(
-            list,
-            index,
+        // Our own shared-memory rail: the ranks of this job on this host.
+        let local_size = env_count("OMPI_COMM_WORLD_LOCAL_SIZE").unwrap_or(1) as usize;
+        let local =
+            config::local_wanted(shm_mode, local_size).then_some(crate::driver::shm::LocalJob {
+                jobid: (cfg.my_name >> 32) as u32,
+                rank: pick.local_rank,
+                size: local_size,
+            });
+        let same = crate::driver::SameHost {
+            local,
+            local_required: shm_mode == config::ShmMode::On,
             shm,
-            shm_required,
-            &stripe_entries,
-            settings,
-            cfg.my_name,
-        );
+            shm_required: shm_mode == config::ShmMode::Libfabric,
+        };
+        let stripe_entries: Vec<usize> = pick.stripes.iter().map(|s| s.1).collect();
+        let opened = Engine::open(list, index, same, &stripe_entries, settings, cfg.my_name);
         let mut engine = match opened {
             Ok(e) => e,
             Err(e) => {

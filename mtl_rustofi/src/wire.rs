@@ -355,6 +355,9 @@ pub(crate) enum RailKind {
     /// An endpoint on another NIC than the rank's own, read through by a
     /// striped rendezvous ([`crate::proto`]'s `stripe` module).
     Stripe = 2,
+    /// Our own shared-memory rail (`driver/shm`), for ranks of the same
+    /// job on the same host; its "name" is the rank's place there.
+    Local = 3,
 }
 
 /// One endpoint a rank can be reached at.
@@ -379,7 +382,7 @@ pub(crate) struct RailAddr {
 /// |------:|----------------------------------------|
 /// | 4     | `R O F <VERSION>`                      |
 /// | 1     | number of endpoints (1..=10)           |
-/// | per endpoint: 1 | kind (0 net, 1 shm, 2 stripe) |
+/// | per endpoint: 1 | kind (0 net, 1 shm, 2 stripe, 3 local) |
 /// | 4     | max eager payload, little endian       |
 /// | 2     | name length n, little endian           |
 /// | n     | libfabric endpoint name                |
@@ -440,6 +443,7 @@ impl PeerInfo {
                 0 => RailKind::Net,
                 1 => RailKind::Shm,
                 2 => RailKind::Stripe,
+                3 => RailKind::Local,
                 k => return Err(bad(&format!("unknown endpoint kind {k}"))),
             };
             let max_eager = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes"));

@@ -11,6 +11,7 @@
 
 mod rail;
 mod rxmem;
+pub(crate) mod shm;
 
 pub(crate) use rail::Caps;
 
@@ -23,6 +24,8 @@ use crate::sys;
 use crate::usermem::Region;
 use crate::wire::RailKind;
 use rail::FabricRail;
+pub(crate) use shm::SameHost;
+use shm::ShmRail;
 use std::os::raw::c_void;
 use std::ptr;
 
@@ -90,25 +93,34 @@ pub(crate) struct Driver {
     /// Registrations the core asked for, indexed by [`MrId`].
     mrs: Vec<Option<MemoryRegion>>,
     scratch: Vec<CqEntry>,
+    /// Our own shared-memory rail, if open; its id follows the libfabric
+    /// rails' (`NO_LOCAL` when there is none).
+    local: Option<ShmRail>,
+    local_id: u8,
 }
 
+const NO_LOCAL: u8 = u8::MAX;
+
 impl Driver {
-    /// Opens the network provider at `index` of `list`; if `shm` names an
-    /// entry, the shm provider beside it for same-host peers (a shm rail
-    /// that cannot be opened is reported and left out unless
-    /// `shm_required`); and a stripe rail on each of the entries
-    /// `stripes` (NICs besides the rank's own; one that cannot be opened
-    /// is reported and left out).
+    /// Opens the network provider at `index` of `list`; as `same` says, a
+    /// rail for same-host peers beside it (our own, or libfabric's shm
+    /// provider: see [`SameHost`]); and a stripe rail on each of the
+    /// entries `stripes` (NICs besides the rank's own; one that cannot be
+    /// opened is reported and left out).
     pub(crate) fn open(
         list: &InfoList,
         index: usize,
-        shm: Option<usize>,
-        shm_required: bool,
+        same: SameHost,
         stripes: &[usize],
         settings: &Settings,
     ) -> Result<Driver, EngineError> {
         let net = FabricRail::open(list, index, RailKind::Net, settings, settings.rndv)?;
         let mut rails = vec![net];
+        let local = same.open_local(settings, &rails[0].profile.provider)?;
+        let (shm, shm_required) = match local {
+            Some(_) => (None, false),
+            None => (same.shm, same.shm_required),
+        };
         if let Some(i) = shm {
             // The shm rail reads when it can, unless the user asked for the
             // send or msg protocol everywhere.
@@ -145,7 +157,7 @@ impl Driver {
             }
         }
         let has_shm = rails.iter().any(|r| r.profile.kind == RailKind::Shm);
-        if has_shm && settings.one_host {
+        if (has_shm || local.is_some()) && settings.one_host {
             // The shm rail serves every rank of the job; the network rail
             // only needs to stay reachable (for processes that join later),
             // not a full set of posted 64 KiB buffers.
@@ -180,17 +192,32 @@ impl Driver {
             }
             rx.push(bufs);
         }
+        let local_id = local.as_ref().map_or(NO_LOCAL, |_| rails.len() as u8);
         Ok(Driver {
             rails,
             rx,
             op_ctx: Vec::new(),
             mrs: Vec::new(),
             scratch: vec![CqEntry::default(); 64],
+            local,
+            local_id,
         })
     }
 
     pub(crate) fn profiles(&self) -> Vec<RailProfile> {
-        self.rails.iter().map(|r| r.profile.clone()).collect()
+        let fabric = self.rails.iter().map(|r| r.profile.clone());
+        fabric
+            .chain(self.local.iter().map(|l| l.profile.clone()))
+            .collect()
+    }
+
+    /// Our own shared-memory rail, if open.
+    pub(crate) fn local(&self) -> Option<&ShmRail> {
+        self.local.as_ref()
+    }
+
+    pub(crate) fn local_mut(&mut self) -> Option<&mut ShmRail> {
+        self.local.as_mut()
     }
 
     pub(crate) fn caps(&self, rail: RailId) -> Caps {
@@ -198,6 +225,9 @@ impl Driver {
     }
 
     pub(crate) fn rail_of_kind(&self, kind: RailKind) -> Option<RailId> {
+        if kind == RailKind::Local {
+            return self.local.as_ref().map(|_| RailId(self.local_id));
+        }
         self.rails
             .iter()
             .position(|r| r.profile.kind == kind)
@@ -206,7 +236,8 @@ impl Driver {
 
     /// The endpoint addresses of every rail, for the modex.
     pub(crate) fn names(&self) -> Result<Vec<crate::wire::RailAddr>, FiError> {
-        self.rails
+        let mut v = self
+            .rails
             .iter()
             .map(|r| {
                 Ok(crate::wire::RailAddr {
@@ -220,7 +251,9 @@ impl Driver {
                     },
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, FiError>>()?;
+        v.extend(self.local.as_ref().map(ShmRail::rail_addr));
+        Ok(v)
     }
 
     /// Our stripe rails, by NIC name.
@@ -245,6 +278,9 @@ impl Driver {
         let actions = std::mem::take(&mut out.actions);
         for a in actions {
             if let Action::PostRecv { rail, slot } = a {
+                if rail.0 == self.local_id {
+                    continue;
+                }
                 match self.post_recv(rail, slot) {
                     Ok(()) => {}
                     Err(PostError::Again) => {
@@ -273,6 +309,12 @@ impl Driver {
         let mut i = 0;
         while let Some(&a) = out.actions.get(i) {
             i += 1;
+            if self.local_id != NO_LOCAL && shm::rail_of(&a) == Some(RailId(self.local_id)) {
+                if let Some(l) = self.local.as_mut() {
+                    l.execute(a, core, out);
+                    continue;
+                }
+            }
             // The two actions of every message are handled inline; the
             // rest out of line.
             let (what, r) = match a {
@@ -635,6 +677,12 @@ impl Driver {
                 total += self.poll_rail(rail, core, out);
             }
         }
+        let rail = RailId(self.local_id);
+        let local = self.local.as_mut().map_or(0, |l| l.poll(rail, core, out));
+        if local > 0 {
+            self.execute(core, out);
+        }
+        total += local;
         if self.op_ctx.len() > OP_CTX_KEPT {
             self.shrink_ctx(core.op_ids_bound());
         }

@@ -417,8 +417,8 @@ impl Core {
     fn count_rail_bytes(&self, rail: RailId, tx: bool, n: usize) {
         let s = &self.stats;
         let c = match (self.rails[rail.index()].profile.kind, tx) {
-            (RailKind::Shm, true) => &s.shm_tx_bytes,
-            (RailKind::Shm, false) => &s.shm_rx_bytes,
+            (RailKind::Shm | RailKind::Local, true) => &s.shm_tx_bytes,
+            (RailKind::Shm | RailKind::Local, false) => &s.shm_rx_bytes,
             // A stripe rail only reads (the sender's NIC serves them
             // without its core knowing).
             (RailKind::Stripe, _) => &s.stripe_bytes,

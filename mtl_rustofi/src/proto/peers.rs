@@ -67,7 +67,7 @@ impl Core {
         tracing::info!(peer = id.0, name, rail = ?r.profile.kind, "peer added");
         match r.profile.kind {
             RailKind::Net => Stats::add(&self.stats.net_peers, 1),
-            RailKind::Shm => Stats::add(&self.stats.shm_peers, 1),
+            RailKind::Shm | RailKind::Local => Stats::add(&self.stats.shm_peers, 1),
             // A stripe rail is never a peer's own rail.
             RailKind::Stripe => {}
         }

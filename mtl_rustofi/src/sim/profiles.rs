@@ -53,6 +53,8 @@ pub(crate) const PROFILES: &[&str] = &[
     "efa-direct-msg",
     "msg-only",
     "tiny-msg",
+    "efa-local",
+    "efa-local-msg",
 ];
 
 /// Fault set names, for the test matrix and `SIM_FAULT`.
@@ -160,6 +162,41 @@ fn shm() -> RailProfile {
             true,
             32768,
             16,
+            16,
+        )
+    }
+}
+
+/// The component's own shared-memory rail as the core sees it
+/// (`driver/shm`): every packet (header and zero-copy payload alike)
+/// copied into the ring at once like an inject, no registration (keys are
+/// pids, addresses virtual), reads of large chunks (cross-memory attach),
+/// queue depth never the limit (a full ring is `Again`, which the fault
+/// sets exercise). The real rail has one receive slot that the core hands
+/// back after each packet while the ring holds the next ones; the
+/// simulated provider delivers a packet only into a posted buffer, so the
+/// ring's capacity is modelled as 16 of them. Reads go in 64 KiB chunks
+/// here (the driver's are 4 MiB) so that multi-chunk transfers stay small
+/// enough to check quickly. With `msg`, cross-memory attach is not
+/// permitted and large messages go as data packets.
+fn local(msg: bool) -> RailProfile {
+    let eager = 8192;
+    RailProfile {
+        inject_size: eager + BASE_LEN,
+        rndv_read: !msg,
+        rndv_msg: msg,
+        ..rail(
+            "rustofi-shm",
+            RailKind::Local,
+            false,
+            true,
+            true,
+            eager,
+            true,
+            !msg,
+            false,
+            64 << 10,
+            1 << 20,
             16,
         )
     }
@@ -336,6 +373,14 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
         // EFA between hosts, shm between the two nodes of a host.
         "efa-shm" => Rails {
             profiles: vec![efa(false), shm()],
+            shm_pairs: true,
+            stripes: 0,
+            uneven: false,
+        },
+        // EFA with the own shared-memory rail for same-host pairs (what
+        // `mtl_rustofi_shm auto` opens under efa).
+        "efa-local" | "efa-local-msg" => Rails {
+            profiles: vec![efa(false), local(name == "efa-local-msg")],
             shm_pairs: true,
             stripes: 0,
             uneven: false,

@@ -203,6 +203,16 @@ fn sim_efa_with_shm() {
 }
 
 #[test]
+fn sim_efa_with_own_shm() {
+    matrix("efa-local");
+}
+
+#[test]
+fn sim_efa_with_own_shm_without_cma() {
+    matrix("efa-local-msg");
+}
+
+#[test]
 fn sim_efa_striped() {
     matrix("efa-stripe");
 }

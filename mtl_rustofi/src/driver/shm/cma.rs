@@ -1,0 +1,124 @@
+//! Linux cross-memory attach: the read rendezvous' "RMA read" between
+//! local ranks is one `process_vm_readv` from the sender's buffer (named
+//! by its address and the sender's pid) straight into the receive buffer.
+//!
+//! It needs ptrace access to the peer. Like btl/vader, every rank allows
+//! any process of its user to read it (`PR_SET_PTRACER_ANY`), which is
+//! what Yama's `ptrace_scope` 1 (Debian's and Ubuntu's default) asks for;
+//! scope 2 or 3, or a container whose seccomp profile refuses the call,
+//! rule it out: [`probe`] finds that out at start, and the rail then uses
+//! the message rendezvous through the rings instead.
+
+use crate::usermem::Region;
+
+/// A word in every rank's memory that peers read once to check that
+/// cross-memory attach reaches it (its address travels in the modex).
+pub(crate) static PROBE: u64 = 0x5255_5354_4f46_4931;
+
+/// Allows peers to read this process and checks that the call works;
+/// `Err` says why it cannot be used.
+pub(crate) fn probe() -> Result<(), String> {
+    // SAFETY: prctl with these constants only changes who may ptrace us.
+    unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+    if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope") {
+        let scope = s.trim();
+        if scope != "0" && scope != "1" {
+            return Err(format!(
+                "kernel.yama.ptrace_scope = {scope} forbids reading another process's memory"
+            ));
+        }
+    }
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() } as u32;
+    check_peer(me, &PROBE as *const u64 as u64)
+}
+
+/// Reads a peer's [`PROBE`] word at `addr` in process `pid`.
+pub(crate) fn check_peer(pid: u32, addr: u64) -> Result<(), String> {
+    let mut v = 0u64;
+    let local = Region {
+        addr: &mut v as *mut u64 as usize,
+        len: 8,
+    };
+    // SAFETY: `local` is our own 8-byte variable.
+    match unsafe { read(pid, local, addr) } {
+        Ok(()) if v == PROBE => Ok(()),
+        Ok(()) => Err(format!(
+            "process {pid} holds no rustofi probe word at 0x{addr:x}"
+        )),
+        Err(e) => Err(format!(
+            "process_vm_readv from process {pid}: {}",
+            std::io::Error::from_raw_os_error(e)
+        )),
+    }
+}
+
+/// Reads `local.len` bytes at `remote` in process `pid` into `local`;
+/// `Err` is the errno.
+///
+/// # Safety
+/// `local` must be writable memory of this process.
+pub(crate) unsafe fn read(pid: u32, local: Region, remote: u64) -> Result<(), i32> {
+    let mut done = 0;
+    while done < local.len {
+        let l = libc::iovec {
+            iov_base: (local.addr + done) as *mut libc::c_void,
+            iov_len: local.len - done,
+        };
+        let r = libc::iovec {
+            iov_base: (remote as usize + done) as *mut libc::c_void,
+            iov_len: local.len - done,
+        };
+        // SAFETY: one local iovec in writable memory (the contract); the
+        // kernel checks the remote one against the peer's mappings.
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &l, 1, &r, 1, 0) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO));
+        }
+        if n == 0 {
+            return Err(libc::EFAULT);
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Whether process `pid` is gone.
+pub(crate) fn gone(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_memory_and_reports_a_bad_address() {
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() } as u32;
+        probe()
+            .expect("cross-memory attach works on the test machines (root or ptrace_scope <= 1)");
+        let src = vec![7u8; 100_000];
+        let mut dst = vec![0u8; 100_000];
+        let local = Region {
+            addr: dst.as_mut_ptr() as usize,
+            len: dst.len(),
+        };
+        // SAFETY: `dst` is ours and writable.
+        unsafe { read(me, local, src.as_ptr() as u64) }.unwrap();
+        assert_eq!(src, dst);
+        let mut one = [0u8; 8];
+        let local = Region {
+            addr: one.as_mut_ptr() as usize,
+            len: 8,
+        };
+        // SAFETY: as above.
+        assert_eq!(unsafe { read(me, local, 8) }, Err(libc::EFAULT));
+        assert!(check_peer(me, 8).is_err());
+        assert!(!gone(me));
+    }
+}

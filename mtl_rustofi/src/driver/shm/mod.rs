@@ -1,0 +1,486 @@
+//! The shared-memory rail: our own transport between ranks of one job on
+//! one host, executing the same actions of the protocol core as a
+//! libfabric rail.
+//!
+//! - **Packets** (eager, control, rendezvous data) go into the ring from
+//!   this rank to the peer ([`ring`]): one copy in, and the receiver's
+//!   core reads them straight from the ring (matching copies the payload
+//!   out). A send is complete once copied, like an inject; a full ring
+//!   refuses it with `Again`, which the core queues and retries, so the
+//!   ring applies back-pressure and never drops or overwrites.
+//! - **Receive posts** cost nothing: the rail has one receive "slot",
+//!   handed back by the core after each packet.
+//! - **Reads** of the read rendezvous are one `process_vm_readv` each
+//!   ([`cma`]); the registration key is the sender's pid, the address its
+//!   virtual address. Where cross-memory attach is not permitted the rail
+//!   uses the message rendezvous (data packets through the ring).
+//! - **Addresses** (published in the modex): pid, local rank and count,
+//!   job id and the address of the peer's probe word.
+//!
+//! Everything runs under the progress token like the libfabric rails.
+
+pub(crate) mod cma;
+pub(crate) mod ring;
+pub(crate) mod segment;
+
+use crate::config::{RndvProtocol, Settings};
+use crate::proto::ids::{FiAddr, RailId, RxSlot};
+use crate::proto::{Action, Core, Out, PostError, Posted, RailProfile};
+use crate::usermem::Region;
+use crate::wire::{self, RailKind};
+use ring::{Consumer, Producer, Raw};
+use segment::Segment;
+
+/// The provider name the rail reports (profiles, verbose lines).
+pub(crate) const PROVIDER: &str = "rustofi-shm";
+
+/// Packets read from one peer's ring per poll, so that one busy sender
+/// cannot starve the others (the rest wait for the next poll).
+const POLL_BUDGET: usize = 64;
+
+/// This rank's place among the job's ranks on this host (from the
+/// launcher: `OMPI_COMM_WORLD_LOCAL_RANK`/`_SIZE`, Open MPI's job id).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LocalJob {
+    pub(crate) jobid: u32,
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
+}
+
+/// How same-host peers are to be reached (see `crate::config::ShmMode`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SameHost {
+    /// Open our own shared-memory rail for these local ranks.
+    pub(crate) local: Option<LocalJob>,
+    /// Fail the open if it cannot be opened (else fall back to `shm`).
+    pub(crate) local_required: bool,
+    /// The shm provider's entry, for a libfabric shm rail (used when our
+    /// own rail is not asked for or could not be opened).
+    pub(crate) shm: Option<usize>,
+    pub(crate) shm_required: bool,
+}
+
+impl SameHost {
+    /// Opens our own rail if asked for. One that cannot be opened fails
+    /// the open if required, else is reported (same-host peers then use
+    /// libfabric's shm provider if asked for, else `net`).
+    pub(crate) fn open_local(
+        &self,
+        settings: &Settings,
+        net: &str,
+    ) -> Result<Option<ShmRail>, crate::engine::EngineError> {
+        match self.local.map(|job| ShmRail::open(job, settings)) {
+            None => Ok(None),
+            Some(Ok(r)) => Ok(Some(r)),
+            Some(Err(e)) if self.local_required => Err(crate::engine::EngineError(format!(
+                "mtl_rustofi_shm = on, but the shared-memory rail cannot be opened: {e}"
+            ))),
+            Some(Err(e)) => {
+                crate::log::error(&format!(
+                    "the shared-memory rail cannot be opened ({e}); same-host peers use {} \
+                     (set mtl_rustofi_shm = libfabric or off to silence this)",
+                    self.shm.map_or(net, |_| "libfabric's shm")
+                ));
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// A peer's published address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Addr {
+    pid: u32,
+    rank: u16,
+    size: u16,
+    jobid: u32,
+    /// [`segment::host_id`]: which segment of the job the rank is in.
+    host: u32,
+    probe: u64,
+}
+
+const ADDR_LEN: usize = 24;
+
+impl Addr {
+    fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(ADDR_LEN);
+        v.extend_from_slice(&self.pid.to_le_bytes());
+        v.extend_from_slice(&self.rank.to_le_bytes());
+        v.extend_from_slice(&self.size.to_le_bytes());
+        v.extend_from_slice(&self.jobid.to_le_bytes());
+        v.extend_from_slice(&self.host.to_le_bytes());
+        v.extend_from_slice(&self.probe.to_le_bytes());
+        v
+    }
+
+    fn decode(b: &[u8]) -> Option<Addr> {
+        if b.len() != ADDR_LEN {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let u16_at = |i: usize| u16::from_le_bytes(b[i..i + 2].try_into().unwrap());
+        Some(Addr {
+            pid: u32_at(0),
+            rank: u16_at(4),
+            size: u16_at(6),
+            jobid: u32_at(8),
+            host: u32_at(12),
+            probe: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+        })
+    }
+}
+
+/// A peer this rail reaches.
+struct Peer {
+    pid: u32,
+    tx: Producer<Raw>,
+    /// Full-ring refusals since the peer's liveness was last checked.
+    full: u32,
+}
+
+pub(crate) struct ShmRail {
+    pub(crate) profile: RailProfile,
+    job: LocalJob,
+    me: Addr,
+    /// Peers by local rank, once inserted.
+    peers: Vec<Option<Peer>>,
+    /// Rings from inserted peers, with their local rank.
+    rx: Vec<(usize, Consumer<Raw>)>,
+    // Last: the rings above point into it.
+    seg: Segment,
+}
+
+impl ShmRail {
+    /// Attaches the job's segment and sets up the rail's profile.
+    pub(crate) fn open(job: LocalJob, settings: &Settings) -> Result<ShmRail, String> {
+        if job.size == 0 || job.rank >= job.size || job.size > u16::MAX as usize {
+            return Err(format!(
+                "local rank {} of {} is not a place on this host",
+                job.rank, job.size
+            ));
+        }
+        let cma_off = cma::probe().err();
+        let host = segment::host_id();
+        let seg = Segment::attach(job.jobid, host, job.size)?;
+        let max = ring::max_packet(segment::RING_CELLS) - wire::EXT_LEN;
+        let eager_limit = settings.eager_limit.unwrap_or(DEFAULT_EAGER).min(max);
+        let buf_size = wire::BASE_LEN + eager_limit.max(wire::EXT_LEN - wire::BASE_LEN);
+        let read_ok = cma_off.is_none();
+        let (rndv_read, rndv_msg) = match settings.rndv {
+            RndvProtocol::Read if !read_ok => {
+                return Err(format!(
+                    "mtl_rustofi_rndv_protocol = read, but cross-memory attach is not \
+                     permitted: {}",
+                    cma_off.unwrap_or_default()
+                ))
+            }
+            RndvProtocol::Auto | RndvProtocol::Read => (read_ok, !read_ok),
+            // No tagged operations here: the send rendezvous falls back to
+            // data packets.
+            RndvProtocol::Send | RndvProtocol::Msg => (false, true),
+        };
+        if settings.verbose > 1 {
+            crate::log::info(&format!(
+                "rustofi: shared-memory rail local_rank={} of {} segment={} eager_limit={} \
+                 cma={} rndv={}",
+                job.rank,
+                job.size,
+                seg.path(),
+                eager_limit,
+                match &cma_off {
+                    None => "on".to_string(),
+                    Some(why) => format!("off ({why})"),
+                },
+                if rndv_read { "read" } else { "msg" },
+            ));
+        }
+        let profile = RailProfile {
+            kind: RailKind::Local,
+            provider: PROVIDER.into(),
+            mr_local: false,
+            mr_virt_addr: true,
+            mr_prov_key: true,
+            buf_size,
+            eager_limit,
+            zero_copy: true,
+            rndv_read,
+            tagged: false,
+            rndv_msg,
+            // One system call reads a whole chunk; larger chunks cost
+            // nothing more.
+            chunk: settings.chunk.max(CMA_CHUNK),
+            // Every packet is copied into the ring at once.
+            inject_size: buf_size,
+            tx_depth: 1 << 20,
+            rx_count: 1,
+        };
+        Ok(ShmRail {
+            profile,
+            job,
+            me: Addr {
+                // SAFETY: getpid has no preconditions.
+                pid: unsafe { libc::getpid() } as u32,
+                rank: job.rank as u16,
+                size: job.size as u16,
+                jobid: job.jobid,
+                host,
+                probe: &cma::PROBE as *const u64 as u64,
+            },
+            peers: (0..job.size).map(|_| None).collect(),
+            rx: Vec::new(),
+            seg,
+        })
+    }
+
+    /// The address to publish.
+    pub(crate) fn name(&self) -> Vec<u8> {
+        self.me.encode()
+    }
+
+    /// The modex entry of this rail.
+    pub(crate) fn rail_addr(&self) -> wire::RailAddr {
+        wire::RailAddr {
+            kind: RailKind::Local,
+            max_eager: (self.profile.buf_size - wire::BASE_LEN) as u32,
+            addr: self.name(),
+            nic: String::new(),
+        }
+    }
+
+    /// The path the segment had, for the runtime's cleanup.
+    pub(crate) fn path(&self) -> &str {
+        self.seg.path()
+    }
+
+    /// Whether a peer's published address is reachable here (the same
+    /// job's segment on this host, the same layout).
+    pub(crate) fn reaches(&self, name: &[u8]) -> bool {
+        Addr::decode(name).is_some_and(|a| {
+            a.jobid == self.me.jobid
+                && a.host == self.me.host
+                && a.size == self.me.size
+                && (a.rank as usize) < self.job.size
+        })
+    }
+
+    /// Starts serving a same-host peer if its published address is one of
+    /// this job's on this host (`None` if not).
+    pub(crate) fn insert_if_reachable(
+        &mut self,
+        name: &[u8],
+    ) -> Option<Result<FiAddr, crate::engine::EngineError>> {
+        self.reaches(name)
+            .then(|| self.insert(name).map_err(crate::engine::EngineError))
+    }
+
+    /// Starts serving a peer: its ring to us is polled from now on.
+    pub(crate) fn insert(&mut self, name: &[u8]) -> Result<FiAddr, String> {
+        let a = Addr::decode(name)
+            .filter(|_| self.reaches(name))
+            .ok_or("a same-host peer published an address of another job or layout")?;
+        let r = a.rank as usize;
+        if self.peers[r].is_some() {
+            return Ok(FiAddr(r as u64));
+        }
+        if self.profile.rndv_read {
+            cma::check_peer(a.pid, a.probe).map_err(|e| {
+                format!(
+                    "cross-memory attach to local rank {r} fails ({e}); set \
+                     mtl_rustofi_rndv_protocol msg to move large messages through the rings"
+                )
+            })?;
+        }
+        self.peers[r] = Some(Peer {
+            pid: a.pid,
+            tx: Producer::new(self.seg.ring(self.job.rank, r)),
+            full: 0,
+        });
+        self.rx
+            .push((r, Consumer::new(self.seg.ring(r, self.job.rank))));
+        Ok(FiAddr(r as u64))
+    }
+
+    /// Copies a packet (header, and the payload for a zero-copy send)
+    /// into the peer's ring.
+    #[inline]
+    pub(crate) fn send(
+        &mut self,
+        dest: FiAddr,
+        head: Region,
+        payload: Option<Region>,
+    ) -> Result<(), PostError> {
+        let Some(p) = self.peers.get_mut(dest.0 as usize).and_then(Option::as_mut) else {
+            return Err(PostError::Hard(-libc::EINVAL));
+        };
+        // SAFETY: the core keeps the header's bounce buffer and the
+        // payload's user buffer valid and unchanged until the operation is
+        // reported, which is after this call.
+        let h = unsafe { std::slice::from_raw_parts(head.addr as *const u8, head.len) };
+        let r = match payload {
+            None => p.tx.push(&[h]),
+            Some(pl) => {
+                // SAFETY: as above.
+                let b = unsafe { std::slice::from_raw_parts(pl.addr as *const u8, pl.len) };
+                p.tx.push(&[h, b])
+            }
+        };
+        match r {
+            Ok(()) => {
+                p.full = 0;
+                Ok(())
+            }
+            Err(ring::Full) => {
+                // A full ring is normal back-pressure, but a reader that
+                // died never empties it: look (a system call) now and then.
+                p.full += 1;
+                if p.full % 4096 == 0 && cma::gone(p.pid) {
+                    return Err(PostError::Hard(-libc::EPIPE));
+                }
+                Err(PostError::Again)
+            }
+        }
+    }
+
+    /// The read rendezvous' read: `key` is the sender's pid.
+    pub(crate) fn read(
+        &mut self,
+        src: FiAddr,
+        local: Region,
+        remote_addr: u64,
+        key: u64,
+    ) -> Result<(), PostError> {
+        let pid = match self.peers.get(src.0 as usize).and_then(Option::as_ref) {
+            Some(p) if p.pid as u64 == key => p.pid,
+            // A key that is not the peer's pid never reads another process.
+            _ => return Err(PostError::Hard(-libc::EINVAL)),
+        };
+        // SAFETY: `local` lies in a matched receive buffer, writable until
+        // the operation is reported (the core's contract).
+        unsafe { cma::read(pid, local, remote_addr) }.map_err(|e| PostError::Hard(-e))
+    }
+
+    /// The key a peer reads a registered buffer of ours with: our pid.
+    pub(crate) fn key(&self) -> u64 {
+        self.me.pid as u64
+    }
+
+    /// Hands every packet waiting in the peers' rings to the core (up to
+    /// a budget per peer), if the core wants the rail polled. Returns the
+    /// number of packets.
+    #[inline]
+    pub(crate) fn poll(&mut self, rail: RailId, core: &mut Core, out: &mut Out) -> usize {
+        if !core.rail_needs_poll(rail) {
+            return 0;
+        }
+        let mut total = 0;
+        for (from, c) in &mut self.rx {
+            for _ in 0..POLL_BUDGET {
+                match c.pop(|pkt| core.on_packet(rail, RxSlot(0), pkt, out)) {
+                    Ok(true) => total += 1,
+                    Ok(false) => break,
+                    Err(m) => {
+                        let why = format!(
+                            "dropped a malformed packet from local rank {from}: the ring's cell \
+                             {} claims {} bytes; nothing more is read from that ring",
+                            m.cell, m.len
+                        );
+                        core.on_rx_error(rail, RxSlot(0), false, &why, out);
+                        total += 1;
+                        break;
+                    }
+                }
+            }
+        }
+        total
+    }
+}
+
+/// The rail an action is for (registrations released carry none: ours
+/// were never made).
+#[inline]
+pub(crate) fn rail_of(a: &Action) -> Option<RailId> {
+    match *a {
+        Action::PostRecv { rail, .. }
+        | Action::Send { rail, .. }
+        | Action::Read { rail, .. }
+        | Action::TaggedSend { rail, .. }
+        | Action::TaggedRecv { rail, .. }
+        | Action::Register { rail, .. }
+        | Action::Cancel { rail, .. } => Some(rail),
+        Action::Deregister { .. } | Action::CheckAlive { .. } => None,
+    }
+}
+
+impl ShmRail {
+    /// Executes one action of this rail. Every operation is done when the
+    /// call returns (copied into a ring, or read), so it is reported
+    /// complete at once; a refusal goes back to the core like a failed
+    /// post (`Again` for a full ring: the core queues it and retries).
+    #[inline]
+    pub(crate) fn execute(&mut self, a: Action, core: &mut Core, out: &mut Out) {
+        let (op, r) = match a {
+            // The rail's one receive slot is handed back after each packet.
+            Action::PostRecv { .. } => return,
+            Action::Send {
+                op,
+                dest,
+                head,
+                payload,
+                ..
+            } => (op, self.send(dest, head, payload)),
+            Action::Read {
+                op,
+                src,
+                local,
+                remote_addr,
+                key,
+                ..
+            } => (op, self.read(src, local, remote_addr, key)),
+            // Nothing to register: a peer reads by our pid and address.
+            Action::Register { mr, .. } => {
+                core.on_registered(mr, Ok(self.key()), out);
+                return;
+            }
+            // Nothing is ever pending here (and process checks are no
+            // rail's: `rail_of` sends them to the driver).
+            Action::Cancel { .. } | Action::Deregister { .. } | Action::CheckAlive { .. } => return,
+            // The profile says no FI_TAGGED, so the core never asks.
+            Action::TaggedSend { op, .. } | Action::TaggedRecv { op, .. } => {
+                (op, Err(PostError::Hard(-libc::ENOSYS)))
+            }
+        };
+        match r {
+            Ok(()) => core.on_complete(op, out),
+            Err(e) => core.on_post_failed(Posted::Op(op), e, out),
+        }
+    }
+}
+
+/// Default largest eager payload: larger messages go by rendezvous, whose
+/// single copy beats two copies through the ring from about here on.
+pub(crate) const DEFAULT_EAGER: usize = 8192;
+
+/// Least chunk of a cross-memory read.
+const CMA_CHUNK: usize = 4 << 20;
+
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+#[cfg(all(test, not(loom)))]
+mod addr_tests {
+    use super::*;
+
+    #[test]
+    fn addresses_round_trip_and_foreign_ones_are_refused() {
+        let a = Addr {
+            pid: 4242,
+            rank: 3,
+            size: 4,
+            jobid: 0x1234_5678,
+            host: 0x9abc_def0,
+            probe: 0xdead_beef_0000,
+        };
+        assert_eq!(Addr::decode(&a.encode()), Some(a));
+        assert_eq!(Addr::decode(&a.encode()[..23]), None);
+    }
+}

@@ -1,0 +1,498 @@
+//! A single-producer, single-consumer ring of 64-byte cells in shared
+//! memory: one per ordered pair of local ranks, carrying whole packets.
+//!
+//! A packet takes `cells(len)` consecutive cells: an 8-byte header word at
+//! the start of its first cell, then its bytes. The header word is
+//! `(position as u32) << 32 | len`, where `position` counts the cells ever
+//! written to the ring; it is stored last, with release ordering, so a
+//! consumer that reads the word its own position expects (acquire) sees
+//! the whole packet. A packet never wraps: when it would not fit before
+//! the end, the producer writes a skip word (`len` = [`SKIP`]) and starts
+//! again at cell 0. The consumer, once done with a packet, zeroes the
+//! first word of each of its cells and then publishes how far it has read
+//! (`tail`, release); the producer reads `tail` (acquire) only when its
+//! last view of it shows too little room. So a cell the producer has not
+//! written in this lap always starts with 0, never with user bytes that
+//! could pass for a header, and neither side takes a lock or makes a
+//! system call. The argument in full is in `mtl_rustofi/CONCURRENCY.md`.
+//!
+//! The memory is reached through [`Cells`]: raw shared memory in the
+//! component, loom's tracked cells in the model checks at the end of this
+//! file, which run this code.
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// Bytes per cell (a cache line).
+pub(crate) const CELL: usize = 64;
+/// Bytes of the header word.
+const WORD: usize = 8;
+/// `len` of a skip word: the rest of the ring up to its end is unused.
+const SKIP: u32 = u32::MAX;
+
+/// Cells a packet of `len` bytes takes.
+#[inline]
+pub(crate) const fn cells(len: usize) -> usize {
+    (WORD + len).div_ceil(CELL)
+}
+
+/// The memory of one ring: `count` cells and the consumer's `tail`.
+///
+/// # Safety
+/// `word(i)` must return the atomic first word of cell `i` for every
+/// `i < count()`, and `write`/`read` must reach the bytes of cells
+/// `[first, first + cells(len))` after the first cell's word, in order.
+pub(crate) unsafe trait Cells {
+    fn count(&self) -> usize;
+    fn word(&self, cell: usize) -> &AtomicU64;
+    fn tail(&self) -> &AtomicU64;
+    /// Copies `parts`, one after the other, into the packet at `cell`.
+    ///
+    /// # Safety
+    /// The cells must be the producer's (free, per the ring protocol).
+    unsafe fn write(&self, cell: usize, parts: &[&[u8]]);
+    /// Hands the `len` bytes of the packet at `cell` to `f`.
+    ///
+    /// # Safety
+    /// The cells must hold a published packet not yet released.
+    unsafe fn read<R>(&self, cell: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R;
+}
+
+/// The ring is full: try again after the consumer has made room.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Full;
+
+/// The ring holds a header word no producer following this protocol
+/// writes (its length cannot be a packet of this ring).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Malformed {
+    pub(crate) len: u32,
+    pub(crate) cell: usize,
+}
+
+/// Largest packet a ring of `count` cells carries: half of it, so that a
+/// packet after a skip always fits once the consumer has caught up.
+pub(crate) const fn max_packet(count: usize) -> usize {
+    count / 2 * CELL - WORD
+}
+
+/// The producer's side: its position and its last view of `tail`.
+pub(crate) struct Producer<C> {
+    mem: C,
+    head: u64,
+    tail_seen: u64,
+}
+
+impl<C: Cells> Producer<C> {
+    pub(crate) fn new(mem: C) -> Self {
+        Producer {
+            mem,
+            head: 0,
+            tail_seen: 0,
+        }
+    }
+
+    /// Appends one packet made of `parts` (at most [`max_packet`] bytes in
+    /// all, the caller's limit). Never overwrites unread cells: a full
+    /// ring refuses the packet.
+    #[inline]
+    pub(crate) fn push(&mut self, parts: &[&[u8]]) -> Result<(), Full> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let count = self.mem.count();
+        debug_assert!(len > 0 && len <= max_packet(count));
+        let n = cells(len);
+        let at = (self.head % count as u64) as usize;
+        let pad = if n > count - at { count - at } else { 0 };
+        let need = (pad + n) as u64;
+        if count as u64 - (self.head - self.tail_seen) < need {
+            self.tail_seen = self.mem.tail().load(Ordering::Acquire);
+            if count as u64 - (self.head - self.tail_seen) < need {
+                return Err(Full);
+            }
+        }
+        if pad > 0 {
+            self.mem
+                .word(at)
+                .store(stamp(self.head, SKIP), Ordering::Release);
+            self.head += pad as u64;
+        }
+        let at = (self.head % count as u64) as usize;
+        // SAFETY: cells [at, at + n) lie between head and tail + count,
+        // which the consumer has released (acquire load of tail above, or
+        // an earlier one covering them).
+        unsafe { self.mem.write(at, parts) };
+        self.mem
+            .word(at)
+            .store(stamp(self.head, len as u32), Ordering::Release);
+        self.head += n as u64;
+        Ok(())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn mem(&self) -> &C {
+        &self.mem
+    }
+}
+
+/// The header word of a packet (or skip) at position `pos`.
+#[inline]
+fn stamp(pos: u64, len: u32) -> u64 {
+    (pos as u32 as u64) << 32 | len as u64
+}
+
+/// The consumer's side: its position.
+pub(crate) struct Consumer<C> {
+    mem: C,
+    tail: u64,
+    /// Set once a malformed word was met: nothing more is read.
+    broken: bool,
+}
+
+impl<C: Cells> Consumer<C> {
+    pub(crate) fn new(mem: C) -> Self {
+        Consumer {
+            mem,
+            tail: 0,
+            broken: false,
+        }
+    }
+
+    /// Hands the next packet, if one is there, to `f` and releases its
+    /// cells afterwards. Returns whether a packet was read.
+    #[inline]
+    pub(crate) fn pop(&mut self, f: impl FnOnce(&[u8])) -> Result<bool, Malformed> {
+        if self.broken {
+            return Ok(false);
+        }
+        let count = self.mem.count();
+        let mut at = (self.tail % count as u64) as usize;
+        let mut w = self.mem.word(at).load(Ordering::Acquire);
+        if !self.ready(w) {
+            return Ok(false);
+        }
+        if w as u32 == SKIP {
+            self.mem.word(at).store(0, Ordering::Relaxed);
+            self.tail += (count - at) as u64;
+            at = 0;
+            w = self.mem.word(0).load(Ordering::Acquire);
+            if !self.ready(w) {
+                // The skip's room is the producer's again.
+                self.mem.tail().store(self.tail, Ordering::Release);
+                return Ok(false);
+            }
+        }
+        let len = w as u32;
+        let n = cells(len as usize);
+        if len == SKIP || len as usize > max_packet(count) || n > count - at {
+            self.broken = true;
+            return Err(Malformed { len, cell: at });
+        }
+        // SAFETY: the word at `at` carries our position, stored with
+        // release after the packet's bytes: the packet is published, and
+        // it is ours until we store `tail` past it.
+        unsafe { self.mem.read(at, len as usize, f) };
+        for c in at..at + n {
+            self.mem.word(c).store(0, Ordering::Relaxed);
+        }
+        self.tail += n as u64;
+        self.mem.tail().store(self.tail, Ordering::Release);
+        Ok(true)
+    }
+
+    /// Whether `w` is a header word written at our position (0, a cleared
+    /// cell, never is: positions are stamped with a nonzero length).
+    #[inline]
+    fn ready(&self, w: u64) -> bool {
+        (w >> 32) as u32 == self.tail as u32 && w as u32 != 0
+    }
+
+    #[cfg(test)]
+    pub(crate) fn mem(&self) -> &C {
+        &self.mem
+    }
+}
+
+/// A ring in memory this process has mapped (the segment's).
+#[derive(Clone, Copy)]
+pub(crate) struct Raw {
+    /// The ring's tail word, on a line of its own.
+    tail: *const AtomicU64,
+    /// The first cell.
+    base: *mut u8,
+    count: usize,
+}
+
+impl Raw {
+    /// # Safety
+    /// `tail` must point at an 8-byte aligned word and `base` at `count`
+    /// 64-byte aligned cells, all mapped for as long as the value is used
+    /// and reached by other processes only through this protocol.
+    pub(crate) unsafe fn new(tail: *mut u8, base: *mut u8, count: usize) -> Raw {
+        Raw {
+            tail: tail as *const AtomicU64,
+            base,
+            count,
+        }
+    }
+}
+
+// SAFETY: `word` and `read`/`write` address the cells in `base`, whose
+// first 8 bytes are the header word; the payload follows contiguously.
+unsafe impl Cells for Raw {
+    #[inline]
+    fn count(&self) -> usize {
+        self.count
+    }
+
+    #[inline]
+    fn word(&self, cell: usize) -> &AtomicU64 {
+        debug_assert!(cell < self.count);
+        // SAFETY: per `Raw::new`, the cell is mapped and 8-byte aligned;
+        // AtomicU64 has the layout of u64.
+        unsafe { &*(self.base.add(cell * CELL) as *const AtomicU64) }
+    }
+
+    #[inline]
+    fn tail(&self) -> &AtomicU64 {
+        // SAFETY: per `Raw::new`.
+        unsafe { &*self.tail }
+    }
+
+    #[inline]
+    unsafe fn write(&self, cell: usize, parts: &[&[u8]]) {
+        // SAFETY: the caller owns the packet's cells, which lie within the
+        // mapping (a packet never wraps).
+        let mut dst = unsafe { self.base.add(cell * CELL + WORD) };
+        for p in parts {
+            // SAFETY: as above; `p` is a separate, readable buffer.
+            unsafe {
+                std::ptr::copy_nonoverlapping(p.as_ptr(), dst, p.len());
+                dst = dst.add(p.len());
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn read<R>(&self, cell: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+        // SAFETY: the caller holds the published packet, within the
+        // mapping; the producer does not touch it until released.
+        f(unsafe { std::slice::from_raw_parts(self.base.add(cell * CELL + WORD), len) })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod heap {
+    //! A ring on the heap, for tests (loom's types under `--cfg loom`).
+    use super::*;
+    use crate::sync::UnsafeCell;
+    use std::sync::Arc;
+
+    pub(crate) struct Heap {
+        words: Vec<AtomicU64>,
+        data: Vec<UnsafeCell<[u8; CELL]>>,
+        tail: AtomicU64,
+    }
+
+    // SAFETY: the ring protocol hands each cell to one side at a time.
+    unsafe impl Sync for Heap {}
+    // SAFETY: as above.
+    unsafe impl Send for Heap {}
+
+    /// Both ends of a heap ring of `count` cells.
+    pub(crate) fn ring(count: usize) -> (Producer<Arc<Heap>>, Consumer<Arc<Heap>>) {
+        let h = Arc::new(Heap {
+            words: (0..count).map(|_| AtomicU64::new(0)).collect(),
+            data: (0..count).map(|_| UnsafeCell::new([0; CELL])).collect(),
+            tail: AtomicU64::new(0),
+        });
+        (Producer::new(h.clone()), Consumer::new(h))
+    }
+
+    impl Heap {
+        /// Overwrites a header word, as a faulty peer could.
+        pub(crate) fn poke(&self, cell: usize, w: u64) {
+            self.words[cell].store(w, Ordering::Release);
+        }
+    }
+
+    // SAFETY: words are separate atomics here; payload bytes live in the
+    // cells' data arrays from offset 8 on, continuing into the next cells.
+    unsafe impl Cells for Arc<Heap> {
+        fn count(&self) -> usize {
+            self.words.len()
+        }
+        fn word(&self, cell: usize) -> &AtomicU64 {
+            &self.words[cell]
+        }
+        fn tail(&self) -> &AtomicU64 {
+            &self.tail
+        }
+        unsafe fn write(&self, cell: usize, parts: &[&[u8]]) {
+            let bytes = parts.iter().flat_map(|p| p.iter());
+            for (off, b) in (cell * CELL + WORD..).zip(bytes) {
+                self.data[off / CELL].with_mut(|d| {
+                    // SAFETY: the cell is the producer's (the ring protocol,
+                    // which loom checks through this access).
+                    unsafe { (*d)[off % CELL] = *b }
+                });
+            }
+        }
+        unsafe fn read<R>(&self, cell: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+            let start = cell * CELL + WORD;
+            let bytes: Vec<u8> = (start..start + len)
+                .map(|off| {
+                    self.data[off / CELL].with_mut(|d| {
+                        // SAFETY: the cell is the consumer's (as above).
+                        unsafe { (*d)[off % CELL] }
+                    })
+                })
+                .collect();
+            f(&bytes)
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::heap::ring;
+    use super::*;
+
+    fn pop_vec<C: Cells>(c: &mut Consumer<C>) -> Option<Vec<u8>> {
+        let mut got = None;
+        c.pop(|b| got = Some(b.to_vec())).unwrap();
+        got
+    }
+
+    #[test]
+    fn packets_arrive_whole_and_in_order_across_many_laps() {
+        let (mut p, mut c) = ring(16);
+        for i in 0..1000u32 {
+            let len = 1 + (i as usize * 37) % max_packet(16);
+            let body: Vec<u8> = (0..len).map(|k| (k as u32 ^ i) as u8).collect();
+            p.push(&[&body[..len / 2], &body[len / 2..]]).unwrap();
+            assert_eq!(pop_vec(&mut c).as_deref(), Some(&body[..]), "packet {i}");
+            assert_eq!(pop_vec(&mut c), None);
+        }
+    }
+
+    #[test]
+    fn a_full_ring_refuses_and_never_overwrites() {
+        let (mut p, mut c) = ring(16);
+        let mut sent = 0u8;
+        while p.push(&[&[sent; 100]]).is_ok() {
+            sent += 1;
+        }
+        assert_eq!(sent, 8, "16 cells hold eight 2-cell packets");
+        assert_eq!(p.push(&[&[9; 1]]), Err(Full), "still full");
+        // Every packet is still intact, in order; then there is room again.
+        for i in 0..sent {
+            assert_eq!(pop_vec(&mut c), Some(vec![i; 100]));
+        }
+        assert_eq!(pop_vec(&mut c), None);
+        p.push(&[&[42; 5]]).unwrap();
+        assert_eq!(pop_vec(&mut c), Some(vec![42; 5]));
+    }
+
+    #[test]
+    fn an_impossible_length_is_refused_and_reading_stops() {
+        let (mut p, mut c) = ring(16);
+        p.push(&[&[1; 10]]).unwrap();
+        assert_eq!(pop_vec(&mut c), Some(vec![1; 10]));
+        // A header at the consumer's position claiming more than a ring
+        // of 16 cells can carry.
+        c.mem().poke(1, 1 << 32 | 4096);
+        assert_eq!(
+            c.pop(|_| panic!("must not be read")),
+            Err(Malformed { len: 4096, cell: 1 })
+        );
+        assert_eq!(c.pop(|_| panic!("must not be read")), Ok(false));
+        // A stale or foreign stamp is not taken for a packet.
+        let (_p, mut c) = ring(16);
+        c.mem().poke(0, 7 << 32 | 10);
+        assert_eq!(c.pop(|_| panic!("not ours")), Ok(false));
+        let _ = p.mem();
+    }
+
+    #[test]
+    fn a_skip_at_the_end_is_followed() {
+        let (mut p, mut c) = ring(16);
+        // 7 + 7 cells, then one of 4 does not fit in the last 2.
+        let a = vec![1u8; 7 * CELL - 8];
+        p.push(&[&a]).unwrap();
+        p.push(&[&a]).unwrap();
+        assert_eq!(p.push(&[&[3; 200]]), Err(Full));
+        assert_eq!(pop_vec(&mut c), Some(a.clone()));
+        p.push(&[&[3; 200]]).unwrap();
+        assert_eq!(pop_vec(&mut c), Some(a));
+        assert_eq!(pop_vec(&mut c), Some(vec![3; 200]));
+        assert_eq!(pop_vec(&mut c), None);
+    }
+
+    #[test]
+    fn threads_stream_through_a_small_ring() {
+        let (mut p, mut c) = ring(32);
+        let n = 20_000u32;
+        let t = std::thread::spawn(move || {
+            for i in 0..n {
+                let len = 4 + (i as usize % 300);
+                let mut b = vec![(i % 251) as u8; len];
+                b[..4].copy_from_slice(&i.to_le_bytes());
+                while p.push(&[&b]).is_err() {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        let mut next = 0u32;
+        while next < n {
+            let mut got = None;
+            if c.pop(|b| got = Some(b.to_vec())).unwrap() {
+                let b = got.unwrap();
+                assert_eq!(u32::from_le_bytes(b[..4].try_into().unwrap()), next);
+                assert_eq!(b.len(), 4 + next as usize % 300);
+                assert!(b[4..].iter().all(|&x| x == (next % 251) as u8));
+                next += 1;
+            }
+        }
+        t.join().unwrap();
+    }
+}
+
+#[cfg(loom)]
+mod loom_tests {
+    //! Model checks of the ring (`RUSTFLAGS="--cfg loom" cargo test --lib
+    //! ring::loom`): every interleaving of a producer and a consumer.
+    use super::heap::ring;
+    use super::*;
+
+    /// Three packets through a ring of 4 cells (1, 2 and 2 cells: the
+    /// third does not fit before the end, so a skip word precedes it and
+    /// it reuses the first lap's cells):
+    /// each arrives once, whole and in order; a full ring refuses rather
+    /// than overwrites.
+    #[test]
+    fn packets_cross_whole_and_in_order() {
+        loom::model(|| {
+            let (mut p, mut c) = ring(4);
+            let sizes = [10usize, 100, 60];
+            let t = loom::thread::spawn(move || {
+                for (i, &len) in sizes.iter().enumerate() {
+                    while p.push(&[&vec![i as u8 + 1; len]]).is_err() {
+                        loom::thread::yield_now();
+                    }
+                }
+            });
+            let mut got = Vec::new();
+            while got.len() < sizes.len() {
+                let mut pkt = None;
+                if c.pop(|b| pkt = Some(b.to_vec())).unwrap() {
+                    got.push(pkt.unwrap());
+                } else {
+                    loom::thread::yield_now();
+                }
+            }
+            t.join().unwrap();
+            for (i, (g, &len)) in got.iter().zip(&sizes).enumerate() {
+                assert_eq!(g, &vec![i as u8 + 1; len]);
+            }
+        });
+    }
+}

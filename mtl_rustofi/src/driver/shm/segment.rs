@@ -1,0 +1,219 @@
+//! The shared-memory segment of one job on one host: a header line and
+//! one ring per ordered pair of local ranks (a rank's messages to itself
+//! included).
+//!
+//! Every local rank creates or opens the same POSIX object, named after
+//! the user, Open MPI's job id (two jobs on a host never meet) and the
+//! host name (hosts that share `/dev/shm`, such as containers or network
+//! namespaces on one machine, never meet either: Open MPI tells same-host
+//! peers by host name too), sizes
+//! it (the same size from every rank, so the order does not matter; a
+//! fresh object reads as zeros, which is every ring's empty state), maps
+//! it and counts itself in the header. The rank that completes the count
+//! unlinks the name: from then on the memory lives only in the mappings,
+//! and nothing is left in `/dev/shm` however the ranks end. A rank that
+//! dies before attaching leaves the name behind until the runtime's
+//! cleanup (the path is registered with it, as for the libfabric rail).
+
+use super::ring::{Raw, CELL};
+use std::ffi::CString;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Cells per ring: 128 KiB, eight of the largest eager packets.
+pub(crate) const RING_CELLS: usize = 2048;
+/// Bytes of the header (the attach count on a line of its own).
+const HEADER: usize = 4096;
+/// Bytes of one ring: the consumer's tail line, then the cells.
+const RING_BYTES: usize = CELL + RING_CELLS * CELL;
+
+/// A mapped segment.
+pub(crate) struct Segment {
+    base: *mut u8,
+    len: usize,
+    ranks: usize,
+    path: String,
+}
+
+/// The object's name for a job on a host (and its path under `/dev/shm`).
+pub(crate) fn name(jobid: u32, host: u32) -> String {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    format!("/rustofi1-{uid}-{jobid:08x}-{host:08x}")
+}
+
+/// A hash (FNV-1a) of this host's name.
+pub(crate) fn host_id() -> u32 {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `len` bytes into our buffer.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    let end = if r == 0 {
+        buf.iter().position(|&b| b == 0).unwrap_or(buf.len())
+    } else {
+        0
+    };
+    buf[..end].iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// Size of the segment of `ranks` local ranks.
+pub(crate) fn size(ranks: usize) -> usize {
+    HEADER + ranks * ranks * RING_BYTES
+}
+
+fn os_error(what: &str, name: &str) -> String {
+    format!("{what} {name}: {}", std::io::Error::last_os_error())
+}
+
+impl Segment {
+    /// Creates or opens the job's segment for `ranks` local ranks and
+    /// counts this rank in; the last of them unlinks it.
+    pub(crate) fn attach(jobid: u32, host: u32, ranks: usize) -> Result<Segment, String> {
+        let name = name(jobid, host);
+        let len = size(ranks);
+        let c = CString::new(name.clone()).expect("no NUL in the name");
+        // SAFETY: a valid C string; the descriptor is closed below.
+        let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT, 0o600) };
+        if fd < 0 {
+            return Err(os_error("shm_open", &name));
+        }
+        let r = Self::map(fd, len, &name);
+        // SAFETY: our descriptor; the mapping (if any) stays valid.
+        unsafe { libc::close(fd) };
+        let base = match r {
+            Ok(b) => b,
+            Err(e) => {
+                // SAFETY: a valid C string.
+                unsafe { libc::shm_unlink(c.as_ptr()) };
+                return Err(e);
+            }
+        };
+        let seg = Segment {
+            base,
+            len,
+            ranks,
+            path: format!("/dev/shm{name}"),
+        };
+        let n = seg.attached().fetch_add(1, Ordering::AcqRel) + 1;
+        if n as usize >= ranks {
+            // SAFETY: a valid C string. Every local rank has mapped it.
+            unsafe { libc::shm_unlink(c.as_ptr()) };
+        }
+        if n as usize > ranks {
+            return Err(format!(
+                "{name} already had {} ranks attached of {ranks}: a leftover of an earlier job \
+                 with the same id (removed now; start the job again)",
+                n - 1
+            ));
+        }
+        Ok(seg)
+    }
+
+    fn map(fd: i32, len: usize, name: &str) -> Result<*mut u8, String> {
+        // SAFETY: fstat writes into the zeroed struct we pass.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid descriptor and struct.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            return Err(os_error("fstat", name));
+        }
+        let have = st.st_size as usize;
+        if have != 0 && have != len {
+            return Err(format!(
+                "{name} has {have} bytes, this job needs {len}: a leftover of an earlier job \
+                 with the same id (removed now; start the job again)"
+            ));
+        }
+        // SAFETY: a valid descriptor; growing to the same size twice is a
+        // no-op, so every rank may do it.
+        if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
+            return Err(os_error("ftruncate", name));
+        }
+        // SAFETY: a fresh shared mapping of the whole object.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(os_error("mmap", name));
+        }
+        Ok(p as *mut u8)
+    }
+
+    fn attached(&self) -> &AtomicU64 {
+        // SAFETY: the header lies in the mapping, page aligned.
+        unsafe { &*(self.base.add(CELL) as *const AtomicU64) }
+    }
+
+    /// The path the name had under `/dev/shm` (for the runtime's cleanup).
+    pub(crate) fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The ring from local rank `from` to local rank `to`.
+    pub(crate) fn ring(&self, from: usize, to: usize) -> Raw {
+        assert!(from < self.ranks && to < self.ranks);
+        let off = HEADER + (from * self.ranks + to) * RING_BYTES;
+        // SAFETY: the ring lies within the mapping (checked indices), its
+        // tail line and cells 64-byte aligned (page-aligned base, HEADER
+        // and RING_BYTES multiples of 64); the mapping outlives every Raw
+        // (the rail drops its rings before the segment).
+        unsafe { Raw::new(self.base.add(off), self.base.add(off + CELL), RING_CELLS) }
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: our mapping, no longer used (the rail's rings are gone).
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
+// SAFETY: the mapping is plain memory reached through the ring protocol;
+// the segment is owned by the driver, which only the token holder uses.
+unsafe impl Send for Segment {}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn exists(p: &str) -> bool {
+        std::path::Path::new(p).exists()
+    }
+
+    #[test]
+    fn unlinked_once_every_rank_attached_and_rings_are_shared() {
+        let job = 0xfe00_0000 | std::process::id();
+        let a = Segment::attach(job, 1, 2).unwrap();
+        assert!(exists(a.path()), "still named while a rank is missing");
+        // The same job on another host (sharing /dev/shm) has its own.
+        let other = Segment::attach(job, 2, 2).unwrap();
+        assert_ne!(other.path(), a.path());
+        let b = Segment::attach(job, 1, 2).unwrap();
+        assert!(!exists(a.path()), "unlinked once both attached");
+        // What one mapping's producer writes the other's consumer reads.
+        let mut p = super::super::ring::Producer::new(a.ring(0, 1));
+        let mut c = super::super::ring::Consumer::new(b.ring(0, 1));
+        p.push(&[b"hello"]).unwrap();
+        let mut got = Vec::new();
+        assert!(c.pop(|x| got.extend_from_slice(x)).unwrap());
+        assert_eq!(got, b"hello");
+        // The reverse ring is a different one.
+        let mut c2 = super::super::ring::Consumer::new(a.ring(1, 0));
+        assert!(!c2.pop(|_| {}).unwrap());
+    }
+
+    #[test]
+    fn a_leftover_of_another_size_is_refused_and_removed() {
+        let job = 0xfd00_0000 | std::process::id();
+        let _a = Segment::attach(job, 1, 3).unwrap();
+        let e = Segment::attach(job, 1, 2).err().unwrap();
+        assert!(e.contains("leftover"), "{e}");
+        assert!(!exists(&format!("/dev/shm{}", name(job, 1))));
+    }
+}

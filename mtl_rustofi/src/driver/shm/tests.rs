@@ -1,0 +1,160 @@
+//! The rail between two "ranks" of a made-up job inside one process:
+//! back-pressure, a dead reader, bad ring contents and a bad read key.
+
+use super::ring::Cells;
+use super::*;
+use crate::config::{self, Fault};
+use crate::proto::{CoreConfig, Stats};
+use std::sync::Arc;
+
+fn settings() -> Settings {
+    config::validate(&config::test_params()).unwrap()
+}
+
+/// Ranks 0 and 1 of a job of two, each having inserted the other.
+fn pair(tag: u32) -> (ShmRail, ShmRail) {
+    let jobid = tag << 24 | std::process::id() & 0xff_ffff;
+    let s = settings();
+    let mut a = ShmRail::open(
+        LocalJob {
+            jobid,
+            rank: 0,
+            size: 2,
+        },
+        &s,
+    )
+    .unwrap();
+    let mut b = ShmRail::open(
+        LocalJob {
+            jobid,
+            rank: 1,
+            size: 2,
+        },
+        &s,
+    )
+    .unwrap();
+    let (na, nb) = (a.name(), b.name());
+    assert_eq!(a.insert(&nb).unwrap(), FiAddr(1));
+    assert_eq!(b.insert(&na).unwrap(), FiAddr(0));
+    (a, b)
+}
+
+fn region(b: &[u8]) -> Region {
+    Region {
+        addr: b.as_ptr() as usize,
+        len: b.len(),
+    }
+}
+
+/// A core with this rail's profile, knowing process `peer` on it.
+fn core(rail: &ShmRail, peer: u64) -> Core {
+    let s = settings();
+    let cfg = CoreConfig {
+        my_name: 1,
+        coalesce: true,
+        fault: Fault::None,
+        stripe_min: 0,
+        send_queue_limit: s.send_queue_limit,
+        send_queue_total: s.send_queue_total,
+    };
+    let mut c = Core::new(cfg, vec![rail.profile.clone()], Arc::new(Stats::default()));
+    c.add_peer(peer, RailId(0), FiAddr(0), 8192);
+    c
+}
+
+#[test]
+fn a_full_ring_pushes_back_and_loses_nothing() {
+    let (mut a, mut b) = pair(0xa1);
+    let pkt: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+    let mut sent = 0usize;
+    loop {
+        match a.send(FiAddr(1), region(&pkt), None) {
+            Ok(()) => sent += 1,
+            Err(PostError::Again) => break,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    // 1000 bytes take 16 cells: 128 packets fill the 2,048 cells.
+    assert_eq!(sent, 128);
+    let rx = &mut b.rx[0].1;
+    let mut got = 0;
+    while rx.pop(|p| assert_eq!(p, &pkt[..])).unwrap() {
+        got += 1;
+    }
+    assert_eq!(got, sent, "every packet that was taken arrives");
+    a.send(FiAddr(1), region(&pkt), None).unwrap();
+}
+
+#[test]
+fn a_dead_reader_fails_the_send_instead_of_blocking_it_forever() {
+    let (mut a, _b) = pair(0xa2);
+    // A process that has exited stands for the reader.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    a.peers[1].as_mut().unwrap().pid = dead;
+    let pkt = [7u8; 1000];
+    let mut again = 0u32;
+    let err = loop {
+        match a.send(FiAddr(1), region(&pkt), None) {
+            Ok(()) => {}
+            Err(PostError::Again) => again += 1,
+            Err(e) => break e,
+        }
+        assert!(again < 100_000, "never noticed the reader is gone");
+    };
+    assert_eq!(err, PostError::Hard(-libc::EPIPE));
+    assert!(again >= 1, "back-pressure first");
+}
+
+#[test]
+fn an_impossible_length_in_the_ring_is_refused_with_a_message() {
+    let (mut a, mut b) = pair(0xa3);
+    let mut c = core(&b, 7);
+    let mut out = Out::new();
+    // A header word at the reader's position claiming 1 GiB.
+    a.seg
+        .ring(0, 1)
+        .word(0)
+        .store(1 << 30, std::sync::atomic::Ordering::Release);
+    assert_eq!(b.poll(RailId(0), &mut c, &mut out), 1);
+    assert_eq!(Stats::get(&c.stats().errors), 1, "refused and counted");
+    // Nothing more is read from that ring, whatever follows.
+    let pkt = [1u8; 100];
+    a.send(FiAddr(1), region(&pkt), None).unwrap();
+    assert_eq!(b.poll(RailId(0), &mut c, &mut out), 0);
+}
+
+#[test]
+fn a_read_key_that_is_not_the_peers_pid_reads_nothing() {
+    let (mut a, b) = pair(0xa4);
+    let src = [9u8; 64];
+    let mut dst = [0u8; 64];
+    let local = Region {
+        addr: dst.as_mut_ptr() as usize,
+        len: dst.len(),
+    };
+    let key = b.key();
+    assert_eq!(
+        a.read(FiAddr(1), local, src.as_ptr() as u64, key + 1),
+        Err(PostError::Hard(-libc::EINVAL))
+    );
+    assert_eq!(dst, [0u8; 64]);
+    // With the right key (the peer is this very process) it reads.
+    a.read(FiAddr(1), local, src.as_ptr() as u64, key).unwrap();
+    assert_eq!(dst, src);
+}
+
+#[test]
+fn an_address_of_another_job_or_host_is_not_served() {
+    let (mut a, b) = pair(0xa5);
+    let (_c, d) = pair(0xa6);
+    assert!(!a.reaches(&d.name()));
+    assert!(a.insert(&d.name()).is_err());
+    // The same job's rank on another host that shares /dev/shm (a
+    // container or network namespace) is in another segment.
+    let mut elsewhere = Addr::decode(&b.name()).unwrap();
+    elsewhere.host ^= 1;
+    assert!(a.reaches(&b.name()));
+    assert!(!a.reaches(&elsewhere.encode()));
+}
