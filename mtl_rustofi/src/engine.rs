@@ -670,6 +670,9 @@ fn add_peer(st: &mut State, name: u64, modex: &[u8], local: bool) -> Result<usiz
                     let p = st
                         .core
                         .add_peer(name, rail, addr?, remote.max_eager as usize);
+                    if info.pid != 0 {
+                        st.core.set_peer_pid(p, info.pid);
+                    }
                     return Ok(p.handle());
                 }
             }
