@@ -131,6 +131,7 @@ ASSERT_FIELD(RustofiConfig, stripe, RUSTOFI_LAYOUT_CONFIG_STRIPE);
 ASSERT_FIELD(RustofiConfig, stripe_min, RUSTOFI_LAYOUT_CONFIG_STRIPE_MIN);
 ASSERT_FIELD(RustofiConfig, send_queue_limit, RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_LIMIT);
 ASSERT_FIELD(RustofiConfig, send_queue_total, RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_TOTAL);
+ASSERT_FIELD(RustofiConfig, peer_timeout, RUSTOFI_LAYOUT_CONFIG_PEER_TIMEOUT);
 _Static_assert(sizeof(RustofiConfig) == RUSTOFI_LAYOUT_CONFIG_SIZE,
                "size of RustofiConfig differs from ffi.rs");
 
@@ -152,6 +153,7 @@ static long param_send_queue_limit = 4L << 20;
 static long param_send_queue_total = 32L << 20;
 static long param_rndv_chunk = 64L * 1024 * 1024;
 static long param_rx_buffers = 256;
+static long param_peer_timeout = 30;
 static int idx_include = -1;
 static int idx_exclude = -1;
 
@@ -325,6 +327,12 @@ static int rustofi_component_register(void)
              "Bytes the component may hold for uncompleted sends to all peers together; beyond "
              "it sends wait as with send_queue_limit",
              OPAL_INFO_LVL_4, &param_send_queue_total);
+    reg_long("peer_timeout",
+             "Seconds within which operations waiting on a peer whose process died (or that the "
+             "provider reports unreachable) fail with an error: such peers are probed while "
+             "something waits on them; a live peer that is merely busy is never failed "
+             "(0: never probe)",
+             OPAL_INFO_LVL_4, &param_peer_timeout);
     /* enumerated parameters (rndv_protocol, shm, fault_inject) and the
      * MPI_T performance variables */
     return rustofi_site_register(&mca_mtl_rustofi_component.mtl_version);
@@ -629,6 +637,7 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
         .shm = rustofi_enum_text(RUSTOFI_ENUM_SHM),
         .coalesce = param_coalesce,
         .priority = param_priority,
+        .peer_timeout = param_peer_timeout,
         .named = rustofi_named(),
         .my_name = proc_name64(OMPI_PROC_MY_NAME),
         .rank = (int64_t) OMPI_PROC_MY_NAME->vpid,
@@ -770,6 +779,13 @@ static size_t peer_of(struct ompi_communicator_t *comm, int rank)
         }
     }
     return (size_t) proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
+}
+
+/* The peer handle of a receive's or probe's source (0: MPI_ANY_SOURCE):
+ * a receive from a peer that is given up fails instead of waiting. */
+static size_t source_peer(struct ompi_communicator_t *comm, int src)
+{
+    return MPI_ANY_SOURCE == src ? 0 : peer_of(comm, src);
 }
 
 /* ==== Communicator ids: version differences ======================== */
@@ -940,7 +956,7 @@ static int excid_post(void)
     excid_rx.u.head.buffer = &excid_rx_buf;
     excid_rx.u.head.length = sizeof(excid_rx_buf);
     excid_rx.u.head.free_after = false;
-    return 0 == rustofi_irecv(RUSTOFI_EXCID_CTX, MPI_ANY_SOURCE, 0, &excid_rx_buf,
+    return 0 == rustofi_irecv(RUSTOFI_EXCID_CTX, MPI_ANY_SOURCE, 0, 0, &excid_rx_buf,
                               sizeof(excid_rx_buf), &excid_rx.u.head)
          ? OMPI_SUCCESS : OMPI_ERROR;
 }
@@ -1223,7 +1239,8 @@ static int rustofi_mtl_irecv(struct mca_mtl_base_module_t *mtl, struct ompi_comm
     if (OMPI_SUCCESS != ret) {
         return ret;
     }
-    if (0 != rustofi_irecv(recv_cid(comm), src, tag, head->buffer, head->length, head)) {
+    if (0 != rustofi_irecv(recv_cid(comm), src, source_peer(comm, src), tag, head->buffer,
+                           head->length, head)) {
         release_recv(head);
         return OMPI_ERROR;
     }
@@ -1244,7 +1261,7 @@ static int rustofi_mtl_iprobe(struct mca_mtl_base_module_t *mtl, struct ompi_com
                               int src, int tag, int *flag, struct ompi_status_public_t *status)
 {
     RustofiStatus st;
-    if (0 != rustofi_iprobe(recv_cid(comm), src, tag, flag, &st)) {
+    if (0 != rustofi_iprobe(recv_cid(comm), src, source_peer(comm, src), tag, flag, &st)) {
         return OMPI_ERROR;
     }
     if (*flag) {
@@ -1260,7 +1277,8 @@ static int rustofi_mtl_improbe(struct mca_mtl_base_module_t *mtl,
 {
     RustofiStatus st;
     void *handle = NULL;
-    if (0 != rustofi_improbe(recv_cid(comm), src, tag, matched, &st, &handle)) {
+    if (0 != rustofi_improbe(recv_cid(comm), src, source_peer(comm, src), tag, matched, &st,
+                             &handle)) {
         return OMPI_ERROR;
     }
     if (!*matched) {

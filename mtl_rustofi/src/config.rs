@@ -76,6 +76,9 @@ pub(crate) struct Settings {
     pub send_queue_limit: usize,
     /// The same over all peers of the process.
     pub send_queue_total: usize,
+    /// Operations waiting on a peer that died fail within this time
+    /// (`None`: peers are never probed).
+    pub peer_timeout: Option<std::time::Duration>,
     /// The user named this component (`--mca mtl rustofi`) or set its
     /// provider list: software providers may then be used.
     pub explicit: bool,
@@ -113,6 +116,7 @@ pub(crate) struct RawParams<'a> {
     pub send_queue_limit: i64,
     pub send_queue_total: i64,
     pub priority: i64,
+    pub peer_timeout: i64,
     pub named: bool,
     /// The text of numeric values as the user wrote them, where known
     /// (from the environment): read exactly rather than as Open MPI's
@@ -195,6 +199,7 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     let stripe_min = num("stripe_min", p.stripe_min)?;
     let send_queue_limit = num("send_queue_limit", p.send_queue_limit)?;
     let send_queue_total = num("send_queue_total", p.send_queue_total)?;
+    let peer_timeout = num("peer_timeout", p.peer_timeout)?;
     let rndv = match p.rndv_protocol.unwrap_or("auto").trim() {
         "" | "auto" => RndvProtocol::Auto,
         "read" => RndvProtocol::Read,
@@ -265,6 +270,8 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         stripe_min: stripe_min as usize,
         send_queue_limit: send_queue_limit as usize,
         send_queue_total: send_queue_total as usize,
+        peer_timeout: (peer_timeout > 0)
+            .then(|| std::time::Duration::from_secs(peer_timeout as u64)),
         explicit: p.named || p.include_set,
         one_host: false,
     })
@@ -414,6 +421,7 @@ pub(crate) fn test_params() -> RawParams<'static> {
         send_queue_limit: 4 << 20,
         send_queue_total: 32 << 20,
         priority: 25,
+        peer_timeout: 30,
         chunk: 1 << 26,
         rx_buffers: 256,
         ..Default::default()

@@ -50,7 +50,18 @@ struct State {
     driver: Driver,
     core: Core,
     out: Out,
+    clock: Clock,
 }
+
+/// The liveness clock: read once every `CLOCK_EVERY` progress rounds (a
+/// waiting caller drives millions a second), when probing is on.
+struct Clock {
+    start: Instant,
+    rounds: u32,
+    on: bool,
+}
+
+const CLOCK_EVERY: u32 = 64;
 
 pub(crate) struct Engine {
     handoff: Handoff<State, Cmd>,
@@ -111,6 +122,7 @@ impl Engine {
             send_queue_total: settings.send_queue_total,
         };
         let mut core = Core::new(cfg, profiles.clone(), stats.clone());
+        core.set_peer_timeout(settings.peer_timeout);
         let mut out = Out::new();
         driver.start(&mut core, &mut out)?;
         let names = driver.names()?;
@@ -119,7 +131,11 @@ impl Engine {
             .find(|r| r.kind == RailKind::Shm)
             .and_then(|r| crate::shmfile::segment_path(&r.addr))
             .or_else(|| driver.local().map(|l| l.path().to_string()));
-        let modex = wire::PeerInfo { rails: names }.encode();
+        let modex = wire::PeerInfo {
+            rails: names,
+            pid: std::process::id(),
+        }
+        .encode();
         let net = &profiles[0];
         Ok(Engine {
             provider: net.provider.clone(),
@@ -139,7 +155,16 @@ impl Engine {
                 .iter()
                 .find(|p| matches!(p.kind, RailKind::Shm | RailKind::Local))
                 .map(|p| p.provider.clone()),
-            handoff: Handoff::new(State { driver, core, out }),
+            handoff: Handoff::new(State {
+                driver,
+                core,
+                out,
+                clock: Clock {
+                    start: Instant::now(),
+                    rounds: 0,
+                    on: settings.peer_timeout.is_some(),
+                },
+            }),
             settings,
             stats,
             modex,
@@ -282,6 +307,7 @@ impl Engine {
     pub(crate) unsafe fn irecv(
         &self,
         sel: Selector,
+        from: Option<PeerId>,
         buf: *mut u8,
         cap: usize,
         req: ReqPtr,
@@ -290,7 +316,18 @@ impl Engine {
         // SAFETY: per the function contract.
         let buf = unsafe { UserBuf::new(buf, cap) };
         // SAFETY: per the function contract.
-        unsafe { self.start(req, Op::Recv { sel, buf, req }, out) }
+        unsafe {
+            self.start(
+                req,
+                Op::Recv {
+                    sel,
+                    from,
+                    buf,
+                    req,
+                },
+                out,
+            )
+        }
     }
 
     /// Receives a message taken by `improbe`.
@@ -334,10 +371,18 @@ impl Engine {
     pub(crate) fn iprobe(
         &self,
         sel: Selector,
+        from: Option<PeerId>,
         out: &mut Vec<Completion>,
     ) -> Result<Option<ProbeInfo>, EngineError> {
-        let mut cmd = Cmd::new(Op::Probe { sel, remove: false });
+        let mut cmd = Cmd::new(Op::Probe {
+            sel,
+            from,
+            remove: false,
+        });
         self.submit_and_wait(&mut cmd, out)?;
+        if let Some(why) = cmd.failed {
+            return Err(EngineError(why));
+        }
         Ok(cmd.found.map(|(info, _)| info))
     }
 
@@ -346,10 +391,18 @@ impl Engine {
     pub(crate) fn improbe(
         &self,
         sel: Selector,
+        from: Option<PeerId>,
         out: &mut Vec<Completion>,
     ) -> Result<Option<(ProbeInfo, MessageHandle)>, EngineError> {
-        let mut cmd = Cmd::new(Op::Probe { sel, remove: true });
+        let mut cmd = Cmd::new(Op::Probe {
+            sel,
+            from,
+            remove: true,
+        });
         self.submit_and_wait(&mut cmd, out)?;
+        if let Some(why) = cmd.failed {
+            return Err(EngineError(why));
+        }
         Ok(cmd.found.and_then(|(info, h)| h.map(|h| (info, h))))
     }
 
@@ -477,6 +530,16 @@ fn progress(st: &mut State) -> usize {
         st.driver.execute(&mut st.core, &mut st.out);
     }
     let n = st.driver.poll(&mut st.core, &mut st.out);
+    // After the poll: what arrived counts before peers are judged.
+    if st.clock.on {
+        st.clock.rounds = st.clock.rounds.wrapping_add(1);
+        if st.clock.rounds.is_multiple_of(CLOCK_EVERY) {
+            st.core.tick_liveness(st.clock.start.elapsed(), &mut st.out);
+            if !st.out.actions.is_empty() {
+                st.driver.execute(&mut st.core, &mut st.out);
+            }
+        }
+    }
     if n > 0 {
         st.core.tick(&mut st.out);
         if !st.out.actions.is_empty() {
@@ -532,8 +595,13 @@ fn apply(st: &mut State, cmd: *mut Cmd) {
                 });
             }
         }
-        Op::Recv { sel, buf, req } => {
-            if let Some(id) = core.recv(sel, buf, req.id(), out) {
+        Op::Recv {
+            sel,
+            from,
+            buf,
+            req,
+        } => {
+            if let Some(id) = core.recv(sel, from, buf, req.id(), out) {
                 // SAFETY: initialised by irecv; token held.
                 unsafe { req.set_post_id(id) };
             }
@@ -566,16 +634,20 @@ fn apply(st: &mut State, cmd: *mut Cmd) {
                 (*cmd).done.store(true, Ordering::Release);
             }
         }
-        Op::Probe { sel, remove } => {
+        Op::Probe { sel, from, remove } => {
             let found = if remove {
-                core.mprobe(&sel, out)
-                    .map(|(info, id)| (info, Some(MessageHandle::from_id(id))))
+                core.mprobe(&sel, from, out)
+                    .map(|f| f.map(|(info, id)| (info, Some(MessageHandle::from_id(id)))))
             } else {
-                core.probe(&sel, out).map(|info| (info, None))
+                core.probe(&sel, from, out)
+                    .map(|f| f.map(|info| (info, None)))
             };
             // SAFETY: the waiting caller reads the result after `done`.
             unsafe {
-                (*cmd).found = found;
+                match found {
+                    Ok(found) => (*cmd).found = found,
+                    Err(e) => (*cmd).failed = Some(e.0),
+                }
                 (*cmd).done.store(true, Ordering::Release);
             }
         }
@@ -598,6 +670,9 @@ fn add_peer(st: &mut State, name: u64, modex: &[u8], local: bool) -> Result<usiz
                     let p = st
                         .core
                         .add_peer(name, rail, addr?, remote.max_eager as usize);
+                    if info.pid != 0 {
+                        st.core.set_peer_pid(p, info.pid);
+                    }
                     return Ok(p.handle());
                 }
             }
@@ -616,6 +691,9 @@ fn add_peer(st: &mut State, name: u64, modex: &[u8], local: bool) -> Result<usiz
     let p = st
         .core
         .add_peer(name, rail, addr, remote.max_eager as usize);
+    if local && info.pid != 0 {
+        st.core.set_peer_pid(p, info.pid);
+    }
     if rail == RailId(0) {
         add_stripes(st, p, &info)?;
     }

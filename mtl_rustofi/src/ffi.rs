@@ -12,6 +12,7 @@ use crate::log::Topic;
 use crate::matching::Selector;
 use crate::memrelease::ReleaseRing;
 use crate::params;
+use crate::proto::ids::PeerId;
 use crate::request::{MtlRequest, ReqPtr, Request, RustofiReqHead, REQUEST_EXTRA};
 use std::cell::RefCell;
 use std::ffi::{CStr, CString};
@@ -63,6 +64,9 @@ pub struct RustofiConfig {
     pub send_queue_limit: i64,
     /// The same over all peers.
     pub send_queue_total: i64,
+    /// Seconds within which operations waiting on a dead peer fail (0:
+    /// never probe peers).
+    pub peer_timeout: i64,
 }
 
 /// Completion entry points of the shim.
@@ -290,6 +294,7 @@ pub unsafe extern "C" fn rustofi_init(
             send_queue_limit: cfg.send_queue_limit,
             send_queue_total: cfg.send_queue_total,
             priority: cfg.priority,
+            peer_timeout: cfg.peer_timeout,
             named: cfg.named,
             // Open MPI converts leniently ("abc" is 0, digits beyond 64 bits
             // wrap); where the user's text is at hand it is read exactly.
@@ -696,7 +701,9 @@ pub unsafe extern "C" fn rustofi_isend(
     })
 }
 
-/// Posts a receive into `len` contiguous bytes at `buf`.
+/// Posts a receive into `len` contiguous bytes at `buf`. `peer` is the
+/// handle of a specific source (0 for any source): a receive from a peer
+/// that is given up fails instead of waiting.
 ///
 /// # Safety
 /// As for `rustofi_isend`, with `buf` writable.
@@ -704,6 +711,7 @@ pub unsafe extern "C" fn rustofi_isend(
 pub unsafe extern "C" fn rustofi_irecv(
     ctx: u32,
     src: i32,
+    peer: usize,
     tag: i32,
     buf: *mut c_void,
     len: usize,
@@ -714,6 +722,7 @@ pub unsafe extern "C" fn rustofi_irecv(
         report(unsafe {
             e.irecv(
                 Selector::from_mpi(ctx, src, tag),
+                source_peer(peer),
                 buf as *mut u8,
                 len,
                 ReqPtr(req as *mut Request),
@@ -721,6 +730,11 @@ pub unsafe extern "C" fn rustofi_irecv(
             )
         })
     })
+}
+
+/// The peer of a receive's or probe's source handle (0: any source).
+fn source_peer(handle: usize) -> Option<PeerId> {
+    (handle != 0).then(|| PeerId::from_handle(handle))
 }
 
 fn fill_status(st: *mut RustofiStatus, p: &ProbeInfo) {
@@ -745,12 +759,13 @@ fn fill_status(st: *mut RustofiStatus, p: &ProbeInfo) {
 pub unsafe extern "C" fn rustofi_iprobe(
     ctx: u32,
     src: i32,
+    peer: usize,
     tag: i32,
     flag: *mut c_int,
     status: *mut RustofiStatus,
 ) -> c_int {
     with_engine("rustofi_iprobe", |e, out| {
-        match e.iprobe(Selector::from_mpi(ctx, src, tag), out) {
+        match e.iprobe(Selector::from_mpi(ctx, src, tag), source_peer(peer), out) {
             Ok(found) => {
                 // SAFETY: the contract says `flag` is a valid pointer.
                 unsafe { *flag = found.is_some() as c_int };
@@ -775,13 +790,14 @@ pub unsafe extern "C" fn rustofi_iprobe(
 pub unsafe extern "C" fn rustofi_improbe(
     ctx: u32,
     src: i32,
+    peer: usize,
     tag: i32,
     flag: *mut c_int,
     status: *mut RustofiStatus,
     msg: *mut *mut c_void,
 ) -> c_int {
     with_engine("rustofi_improbe", |e, out| {
-        match e.improbe(Selector::from_mpi(ctx, src, tag), out) {
+        match e.improbe(Selector::from_mpi(ctx, src, tag), source_peer(peer), out) {
             Ok(found) => {
                 // SAFETY: the contract says `flag` and `msg` are valid.
                 unsafe {
@@ -963,9 +979,11 @@ pub unsafe extern "C" fn rustofi_pvar_read(index: usize, value: *mut u64) -> c_i
 pub const STATUS_OK: c_int = 0;
 pub const STATUS_TRUNCATED: c_int = 1;
 pub const STATUS_FAILED: c_int = 2;
+pub const STATUS_UNREACHABLE: c_int = 3;
 const _: () = assert!(STATUS_OK == Status::Ok as c_int);
 const _: () = assert!(STATUS_TRUNCATED == Status::Truncated as c_int);
 const _: () = assert!(STATUS_FAILED == Status::Failed as c_int);
+const _: () = assert!(STATUS_UNREACHABLE == Status::Unreachable as c_int);
 
 // ---------------------------------------------------------------------
 // Layout of the structs shared with C, field by field.
@@ -1026,7 +1044,8 @@ pub const RUSTOFI_LAYOUT_CONFIG_STRIPE: usize = 160;
 pub const RUSTOFI_LAYOUT_CONFIG_STRIPE_MIN: usize = 168;
 pub const RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_LIMIT: usize = 176;
 pub const RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_TOTAL: usize = 184;
-pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 192;
+pub const RUSTOFI_LAYOUT_CONFIG_PEER_TIMEOUT: usize = 192;
+pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 200;
 
 /// Asserts at compile time that `$ty` has size `$size` and each listed
 /// field has the given offset and size (every field must be listed: the
@@ -1098,4 +1117,5 @@ assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 28;
     stripe_min: i64 = RUSTOFI_LAYOUT_CONFIG_STRIPE_MIN,
     send_queue_limit: i64 = RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_LIMIT,
     send_queue_total: i64 = RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_TOTAL,
+    peer_timeout: i64 = RUSTOFI_LAYOUT_CONFIG_PEER_TIMEOUT,
 );

@@ -210,7 +210,7 @@ pub fn core_packets(data: &[u8]) {
                 };
                 let buf = bufs.user(s.u16() as usize % 4096);
                 next_req += 1;
-                let _ = core.recv(sel, buf, ReqId(next_req), &mut out);
+                let _ = core.recv(sel, None, buf, ReqId(next_req), &mut out);
             }
             1 => {
                 let len = s.u16() as usize % 4096;
@@ -282,7 +282,10 @@ pub fn core_packets(data: &[u8]) {
                     key += 1;
                     core.on_registered(mr, Ok(key), &mut out);
                 }
-                Action::PostRecv { .. } | Action::Deregister { .. } | Action::Cancel { .. } => {}
+                Action::PostRecv { .. }
+                | Action::Deregister { .. }
+                | Action::Cancel { .. }
+                | Action::CheckAlive { .. } => {}
             }
         }
         out.actions.clear();
@@ -389,6 +392,7 @@ mod tests {
                 addr: vec![1, 2, 3],
                 nic: String::new(),
             }],
+            pid: 1,
         };
         peer_info(&p.encode());
     }

@@ -423,6 +423,12 @@ impl<R, U> Matcher<R, U> {
         }
     }
 
+    /// Whether a posted receive is still queued (not matched, cancelled
+    /// or drained).
+    pub fn is_posted(&self, id: PostId) -> bool {
+        self.posted_index.contains_key(&id)
+    }
+
     /// Number of queued posted receives.
     pub fn posted_len(&self) -> usize {
         self.posted_index.len()

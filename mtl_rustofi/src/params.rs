@@ -53,6 +53,10 @@ pub(crate) const NUMERIC: &[NumericParam] = &[
     param("stripe_min", 4096, 1 << 40, "bytes"),
     param("send_queue_limit", 4096, 1 << 40, "bytes"),
     param("send_queue_total", 4096, 1 << 40, "bytes"),
+    NumericParam {
+        special: Some((0, "to wait for ever")),
+        ..param("peer_timeout", 1, 86400, "seconds")
+    },
 ];
 
 /// The entry of parameter `name`.

@@ -79,8 +79,10 @@ pub(crate) enum Op {
         buf: UserBuf,
         req: ReqPtr,
     },
+    /// `from`: the peer of a specific source.
     Recv {
         sel: Selector,
+        from: Option<PeerId>,
         buf: UserBuf,
         req: ReqPtr,
     },
@@ -95,6 +97,7 @@ pub(crate) enum Op {
     /// `remove`: a matched probe (MPI_Improbe).
     Probe {
         sel: Selector,
+        from: Option<PeerId>,
         remove: bool,
     },
 }
@@ -109,6 +112,8 @@ pub(crate) struct Cmd {
     pub(crate) found: Option<(ProbeInfo, Option<MessageHandle>)>,
     /// Cancel result, written before `done` is set.
     pub(crate) cancelled: bool,
+    /// Why a probe failed (its source is lost), written before `done`.
+    pub(crate) failed: Option<String>,
     pub(crate) done: AtomicBool,
 }
 
@@ -126,6 +131,7 @@ impl Cmd {
             op,
             found: None,
             cancelled: false,
+            failed: None,
             done: AtomicBool::new(false),
         }
     }

@@ -82,6 +82,10 @@ pub(crate) enum Kind {
     SyncAck = 5,
     /// Sender → receiver: a piece of a message rendezvous's data.
     Data = 6,
+    /// Liveness probe to a peer something waits on (header only).
+    Ping = 7,
+    /// The answer to a `Ping` (header only).
+    Pong = 8,
 }
 
 impl Kind {
@@ -93,6 +97,8 @@ impl Kind {
             4 => Kind::Fin,
             5 => Kind::SyncAck,
             6 => Kind::Data,
+            7 => Kind::Ping,
+            8 => Kind::Pong,
             _ => return None,
         })
     }
@@ -316,7 +322,7 @@ impl Header {
             }
             Kind::Data => (EXT_LEN as u64).checked_add(h.len),
             Kind::Rts | Kind::Cts => Some(EXT_LEN as u64),
-            Kind::Fin | Kind::SyncAck => Some(BASE_LEN as u64),
+            Kind::Fin | Kind::SyncAck | Kind::Ping | Kind::Pong => Some(BASE_LEN as u64),
         };
         if want != Some(pkt.len() as u64) {
             return Err(DecodeError::LengthMismatch {
@@ -382,9 +388,13 @@ pub(crate) struct RailAddr {
 /// | n     | libfabric endpoint name                |
 /// | stripe only: 1 | NIC name length m (1..=255)  |
 /// | m     | NIC (domain) name, UTF-8               |
+/// | 4     | process id, little endian (after the endpoints) |
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PeerInfo {
     pub rails: Vec<RailAddr>,
+    /// The publishing process's id: a same-host peer's death is seen by
+    /// asking the kernel whether it still exists.
+    pub pid: u32,
 }
 
 const PEER_INFO_TAG: [u8; 4] = [b'R', b'O', b'F', VERSION];
@@ -407,6 +417,7 @@ impl PeerInfo {
                 v.extend_from_slice(nic);
             }
         }
+        v.extend_from_slice(&self.pid.to_le_bytes());
         v
     }
 
@@ -462,13 +473,18 @@ impl PeerInfo {
                 nic,
             });
         }
+        let pid = b
+            .get(at..at + 4)
+            .ok_or_else(|| bad("truncated process id"))?;
+        let pid = u32::from_le_bytes(pid.try_into().expect("4 bytes"));
+        at += 4;
         if at != b.len() {
             return Err(bad("trailing bytes"));
         }
         if rails.first().map(|r| r.kind) != Some(RailKind::Net) {
             return Err(bad("the first endpoint is not the network endpoint"));
         }
-        Ok(PeerInfo { rails })
+        Ok(PeerInfo { rails, pid })
     }
 
     /// The address of the given kind, if published.
@@ -504,6 +520,7 @@ mod tests {
                     nic: "eth1".into(),
                 },
             ],
+            pid: 4321,
         };
         let enc = p.encode();
         assert_eq!(PeerInfo::decode(&enc), Ok(p.clone()));
@@ -536,6 +553,7 @@ mod tests {
             .contains("NIC name"));
         let shm_only = PeerInfo {
             rails: vec![p.rails[1].clone()],
+            pid: 1,
         };
         assert!(PeerInfo::decode(&shm_only.encode()).is_err());
     }

@@ -430,6 +430,12 @@ impl Driver {
                 unsafe { sys::fi_cancel(ep as *mut sys::fid, ctx) };
                 return None;
             }
+            Action::CheckAlive { peer, pid } => {
+                if !process_exists(pid) {
+                    core.peer_gone(peer, &format!("its process {pid} has exited"), out);
+                }
+                return None;
+            }
         })
     }
 
@@ -795,4 +801,15 @@ impl Drop for Driver {
             }
         }
     }
+}
+
+/// Whether a process of this host still exists (signal 0 checks without
+/// sending; EPERM means it exists under another user).
+fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return true;
+    };
+    // SAFETY: signal 0 sends nothing; kill only reads its arguments.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }

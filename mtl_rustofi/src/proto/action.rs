@@ -1,7 +1,7 @@
 //! What the protocol core asks of its driver, and what it reports to the
 //! MPI layer.
 
-use super::ids::{FiAddr, MrId, OpId, RailId, ReqId, RxSlot};
+use super::ids::{FiAddr, MrId, OpId, PeerId, RailId, ReqId, RxSlot};
 use crate::usermem::Region;
 
 /// Outcome of a request, as reported to the MPI layer.
@@ -11,6 +11,9 @@ pub(crate) enum Status {
     Ok = 0,
     Truncated = 1,
     Failed = 2,
+    /// A receive for exactly one source that is given up: no message
+    /// matched it.
+    Unreachable = 3,
 }
 
 /// An MPI request finished.
@@ -113,6 +116,9 @@ pub(crate) enum Action {
     /// comes: as a cancellation (`Core::on_canceled`) or, if it finished
     /// first, as its completion or error.
     Cancel { op: OpId, rail: RailId },
+    /// Ask the kernel whether a same-host peer's process `pid` still
+    /// exists; if not, report `Core::peer_gone`. Nothing else is reported.
+    CheckAlive { peer: PeerId, pid: u32 },
 }
 
 /// Why a post was not accepted.

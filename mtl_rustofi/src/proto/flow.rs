@@ -80,6 +80,11 @@ impl Flow {
         self.peers.get(p.index()).map_or(0, |f| f.held)
     }
 
+    /// Peers with deferred sends (liveness watches them).
+    pub(super) fn waiting(&self) -> &[PeerId] {
+        &self.waiting
+    }
+
     fn has_deferred(&self, p: PeerId) -> bool {
         self.peers
             .get(p.index())

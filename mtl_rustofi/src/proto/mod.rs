@@ -21,6 +21,8 @@
 //! - [`coalesce`]: several small eager messages in one packet;
 //! - [`rndv`]: what both rendezvous protocols share (RTS, FIN, state);
 //! - [`abort`]: a failed rendezvous cancels its chunks and tells the peer;
+//! - [`liveness`]: probes towards waited-on peers, and failing what waits
+//!   on a peer given up;
 //! - [`rndv_read`]: the receiver reads the sender's buffer (FI_RMA);
 //! - [`rndv_send`]: the receiver grants tags, the sender sends (FI_TAGGED);
 //! - [`stripe`]: a read rendezvous spread over several NICs;
@@ -35,6 +37,7 @@ mod coalesce;
 mod eager;
 mod flow;
 pub(crate) mod ids;
+mod liveness;
 mod mrcache;
 mod peers;
 mod recv;
@@ -271,6 +274,8 @@ pub(crate) struct Core {
     /// While the rendezvous of a lost peer are aborted: their chunks by
     /// owner (`abort::index_chunks_of`).
     chunk_index: Option<(PeerId, ChunkIndex)>,
+    /// Liveness probes and what waits on each peer.
+    live: liveness::Liveness,
 }
 
 /// Chunks by rendezvous: operation id and rail index.
@@ -320,6 +325,7 @@ impl Core {
             mr_cache: None,
             stats,
             chunk_index: None,
+            live: liveness::Liveness::default(),
         }
     }
 

@@ -27,6 +27,9 @@ pub(super) struct Peer {
     pub(super) stripes: Vec<(RailId, FiAddr)>,
     /// Packets to this peer handed over (or queued) and not yet reported.
     pub(super) inflight: u32,
+    /// Packet bytes handed over for it so far (liveness: how much may
+    /// wait unread in its transport).
+    pub(super) tx_bytes: u64,
     /// Eager messages being coalesced into one packet.
     pub(super) bundle: Option<Bundle>,
     /// Never send an eager packet larger than the peer's buffers.
@@ -73,6 +76,7 @@ impl Core {
             addr,
             stripes: Vec::new(),
             inflight: 0,
+            tx_bytes: 0,
             bundle: None,
             eager_limit: r.profile.eager_limit.min(max_eager),
             tx_seq: 0,
@@ -100,7 +104,8 @@ impl Core {
     }
 
     /// The peer can no longer be reached: every request that waits for it
-    /// fails now, or when its last operation in flight is reported.
+    /// (receives posted for exactly this source included) fails now, or
+    /// when its last operation in flight is reported.
     pub(crate) fn peer_lost(&mut self, peer: PeerId, out: &mut Out) {
         let Some(p) = self.peers.get_mut(peer.index()) else {
             return;
@@ -143,6 +148,8 @@ impl Core {
             }
         }
         self.rndv_fail_peer(peer, out);
+        self.fail_posted_of(peer, out);
+        self.note_lost(peer);
     }
 
     /// A packet arrived in receive buffer `slot` of `rail`; the buffer is
@@ -197,6 +204,7 @@ impl Core {
             ));
             return;
         };
+        self.heard_from(peer);
         match hdr.kind {
             Kind::Eager | Kind::Rts => {
                 let payload = &msg[hdr.wire_len()..];
@@ -225,6 +233,8 @@ impl Core {
             Kind::Cts if has(&hdr, wire::FLAG_RNDV_MSG) => self.on_cts_msg(peer, &hdr, out),
             Kind::Cts => self.on_cts(peer, &hdr, out),
             Kind::Data => self.on_data(peer, &hdr, &msg[hdr.wire_len()..], out),
+            Kind::Ping => self.on_ping(peer, out),
+            Kind::Pong => self.on_pong(peer),
         }
     }
 

@@ -46,11 +46,14 @@ pub(crate) struct ProbeInfo {
 }
 
 impl Core {
-    /// Posts a receive into `buf`. Returns the posted-queue ticket (for
+    /// Posts a receive into `buf`; `from` is the peer of a specific
+    /// source (a receive from a lost peer fails unless a message from it
+    /// is already here). Returns the posted-queue ticket (for
     /// [`Core::cancel`]) when it did not match at once.
     pub(crate) fn recv(
         &mut self,
         sel: Selector,
+        from: Option<PeerId>,
         buf: UserBuf,
         req: ReqId,
         out: &mut Out,
@@ -64,6 +67,9 @@ impl Core {
             }
             Err(id) => {
                 self.stats.posted_now.up(1);
+                if let Some(peer) = from.filter(|p| p.index() < self.peers.len()) {
+                    self.note_posted(peer, id, &sel, out);
+                }
                 Some(id)
             }
         }
@@ -100,27 +106,56 @@ impl Core {
         }
     }
 
-    /// MPI_Iprobe on the unexpected queue.
-    pub(crate) fn probe(&mut self, sel: &Selector, out: &mut Out) -> Option<ProbeInfo> {
+    /// MPI_Iprobe on the unexpected queue; `from` as for [`Core::recv`]:
+    /// finding nothing from a lost peer is an error.
+    pub(crate) fn probe(
+        &mut self,
+        sel: &Selector,
+        from: Option<PeerId>,
+        out: &mut Out,
+    ) -> Result<Option<ProbeInfo>, CoreError> {
         self.flush_bundles(None, out);
-        self.matcher.probe(sel).map(|(env, u)| ProbeInfo {
+        let found = self.matcher.probe(sel).map(|(env, u)| ProbeInfo {
             src: env.src,
             tag: env.tag,
             len: u.len(),
-        })
+        });
+        self.probed(found, from)
     }
 
     /// MPI_Improbe: takes the message out of matching.
-    pub(crate) fn mprobe(&mut self, sel: &Selector, out: &mut Out) -> Option<(ProbeInfo, MsgId)> {
+    pub(crate) fn mprobe(
+        &mut self,
+        sel: &Selector,
+        from: Option<PeerId>,
+        out: &mut Out,
+    ) -> Result<Option<(ProbeInfo, MsgId)>, CoreError> {
         self.flush_bundles(None, out);
-        let (env, u) = self.matcher.take_unexpected(sel)?;
+        let Some((env, u)) = self.matcher.take_unexpected(sel) else {
+            return self.probed(None, from);
+        };
         self.unqueue_unexpected(&u);
         let info = ProbeInfo {
             src: env.src,
             tag: env.tag,
             len: u.len(),
         };
-        Some((info, self.taken.insert((env, u))))
+        Ok(Some((info, self.taken.insert((env, u)))))
+    }
+
+    /// A probe's outcome: nothing found from a specific peer watches it
+    /// (or fails, if it is lost).
+    fn probed<T>(
+        &mut self,
+        found: Option<T>,
+        from: Option<PeerId>,
+    ) -> Result<Option<T>, CoreError> {
+        match (found, from) {
+            (None, Some(peer)) if peer.index() < self.peers.len() => {
+                self.note_probed(peer).map(|()| None)
+            }
+            (found, _) => Ok(found),
+        }
     }
 
     /// Accounts for a message leaving the unexpected queue.

@@ -336,10 +336,12 @@ impl Core {
         for mr in s.mr.into_iter().chain(s.lanes.iter().filter_map(|l| l.mr)) {
             self.release_user(mr, out);
         }
-        out.events.push(Event::Send {
-            req: s.req,
-            status: if failed { Status::Failed } else { Status::Ok },
-        });
+        if !self.answered_send(cookie) {
+            out.events.push(Event::Send {
+                req: s.req,
+                status: if failed { Status::Failed } else { Status::Ok },
+            });
+        }
     }
 
     /// The RTS of a rendezvous could not be sent.
@@ -611,7 +613,9 @@ impl Core {
             Status::Ok
         };
         let bytes = if r.failed { 0 } else { r.want };
-        self.recv_done(r.req, r.env, bytes, status, out);
+        if !self.answered_recv(id) {
+            self.recv_done(r.req, r.env, bytes, status, out);
+        }
     }
 
     /// Fails every rendezvous with a lost peer (now, or when its last

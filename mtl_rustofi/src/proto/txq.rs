@@ -57,6 +57,8 @@ pub(super) enum AfterSend {
     Rts(Cookie),
     /// A data packet of a message rendezvous.
     Data(Cookie),
+    /// A liveness probe (never injected: its failure is the evidence).
+    Ping,
 }
 
 /// A packet: header(s) and, for copied eager sends, payload in `buf`.
@@ -459,6 +461,9 @@ impl Core {
         match op {
             Op::Packet(p) => {
                 let then = p.then;
+                if then == AfterSend::Ping {
+                    self.ping_done(p.peer);
+                }
                 if let AfterSend::Complete(req) = then {
                     out.events.push(Event::Send {
                         req,
@@ -550,7 +555,7 @@ impl Core {
                 let peer = p.peer;
                 self.error(&format!("send of {} bytes failed for good: {why}", p.len));
                 match p.then {
-                    AfterSend::Nothing => {}
+                    AfterSend::Nothing | AfterSend::Ping => {}
                     AfterSend::Complete(req) => out.events.push(Event::Send {
                         req,
                         status: Status::Failed,
@@ -624,6 +629,9 @@ impl Core {
     ) {
         let p = &mut self.peers[peer.index()];
         p.inflight += 1;
+        p.tx_bytes = p
+            .tx_bytes
+            .wrapping_add((len + payload.map_or(0, |u| u.len())) as u64);
         let rail = p.rail;
         let id = self.ops.insert(Op::Packet(Packet {
             rail,
@@ -666,6 +674,7 @@ impl Core {
             && p.buf.mem[1] == crate::wire::Kind::Eager as u8;
         let inject = p.payload.is_none()
             && !coalescable
+            && p.then != AfterSend::Ping
             && p.len <= self.rails[p.rail.index()].profile.inject_size;
         Action::Send {
             op: id,
@@ -722,6 +731,14 @@ impl Core {
     #[inline]
     pub(super) fn repost_rx(&mut self, rail: RailId, slot: RxSlot, out: &mut Out) {
         out.actions.push(Action::PostRecv { rail, slot });
+    }
+
+    /// Sends a liveness probe (see [`super::liveness`]).
+    pub(super) fn send_ping(&mut self, peer: PeerId, hdr: &crate::wire::Header, out: &mut Out) {
+        let rail = self.peers[peer.index()].rail;
+        let mut b = self.take_tx(rail, out);
+        let n = hdr.encode(&mut b.mem);
+        self.send_packet(peer, b, n, None, AfterSend::Ping, out);
     }
 
     /// A posted receive buffer completed with an error (`canceled`: the

@@ -64,7 +64,8 @@ impl World {
                 let r = &self.reqs[i];
                 self.alive(r.node)
                     && matches!(r.kind, ReqKind::Recv { .. })
-                    && matches!(r.done, Some((_, Event::Recv { .. })))
+                    && matches!(r.done, Some((_, Event::Recv { status, .. }))
+                        if status != Status::Unreachable)
             })
             .collect();
         if let Some(i) = self
@@ -73,6 +74,26 @@ impl World {
             .position(|r| self.alive(r.node) && r.done.is_none() && !r.refused)
         {
             self.fail(&format!("request {i} never completed"));
+        }
+        // A receive failed as unreachable only for a source given up.
+        let dead = self.dead.map(|d| crate::matching::Source::Rank(d as i32));
+        for (i, r) in self.reqs.iter().enumerate() {
+            if let (
+                ReqKind::Recv { consumer, .. },
+                Some((
+                    _,
+                    Event::Recv {
+                        status: Status::Unreachable,
+                        ..
+                    },
+                )),
+            ) = (r.kind, r.done)
+            {
+                let src = self.plan.consumers[consumer].sel.src;
+                if Some(src) != dead && !self.plan.allow_unmatched {
+                    self.fail(&format!("receive {i} from {src:?} failed as unreachable"));
+                }
+            }
         }
         cons.sort_by_key(|&i| self.reqs[i].issued);
         let mut next: HashMap<(usize, u32, i32, i32), usize> = HashMap::new();
@@ -350,6 +371,12 @@ pub(crate) struct Coverage {
     pub(crate) recv_ok: u64,
     pub(crate) truncated: u64,
     pub(crate) recv_failed: u64,
+    /// Receives for a given-up source that no message matched.
+    pub(crate) recv_unreachable: u64,
+    pub(crate) probes_failed: u64,
+    pub(crate) pings: u64,
+    /// Deaths that no one announced (only liveness probes could find them).
+    pub(crate) unannounced: u64,
     pub(crate) send_failed: u64,
     pub(crate) mrecv: u64,
     pub(crate) probes: u64,
@@ -405,12 +432,17 @@ impl Coverage {
                         Status::Ok => self.recv_ok += 1,
                         Status::Truncated => self.truncated += 1,
                         Status::Failed => self.recv_failed += 1,
+                        Status::Unreachable => self.recv_unreachable += 1,
                     }
                 }
                 _ => {}
             }
         }
         self.probes += w.probes.len() as u64;
+        self.probes_failed += w.probes_failed as u64;
+        self.pings += w.pings as u64;
+        self.unannounced +=
+            (w.dead.is_some() && w.plan.death.is_some_and(|d| d.lost_after == u64::MAX)) as u64;
         self.cancel_won += w.cancel_won as u64;
         self.cancel_lost += w.cancel_lost as u64;
         self.cancelled_at_end += w.cancelled_at_end as u64;

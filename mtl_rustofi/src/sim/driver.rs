@@ -311,6 +311,9 @@ impl World {
                     // A message rendezvous's data packet is its chunk.
                     self.maybe_die_on_chunk(n, to);
                 }
+                if kind == Some(crate::wire::Kind::Ping) {
+                    self.pings += 1;
+                }
                 let inj = self.ask(n, r, PostKind::Send, Some(op), None, kind);
                 let fails = self.nodes[n].fails.get(&op).copied().unwrap_or(0);
                 // A recovering provider: random failures stop before the
@@ -388,7 +391,12 @@ impl World {
                     );
                 }
                 // A peer that takes nothing in holds up the transmit.
-                let d = self.completion_delay() + self.stalled_for(to);
+                let mut d = self.completion_delay() + self.stalled_for(to);
+                if !self.nodes[to].alive {
+                    // A provider that retries a refused connection keeps
+                    // the send (tcp;ofi_rxm) until its endpoint closes.
+                    d += self.plan.held_to_dead;
+                }
                 self.schedule(
                     d,
                     Ev::Complete {
@@ -622,6 +630,7 @@ impl World {
                 let res = if fail { Err(-12) } else { Ok(key) };
                 self.nodes[n].core.on_registered(mr, res, out);
             }
+            Action::CheckAlive { peer, .. } => self.check_alive(n, peer, out),
             Action::Cancel { op, rail } => {
                 // Like a provider: a tagged receive still waiting for its
                 // message is taken back and reports its cancellation; any

@@ -14,6 +14,7 @@ use crate::usermem::Region;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The kind of a post (or registration) the fault hook is asked about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -335,6 +336,16 @@ pub(crate) struct World {
     pub(crate) mem: super::memreuse::MemPlan,
     /// Registrations each node's cache held when the run went quiet.
     pub(crate) cached_at_end: Vec<usize>,
+    /// Probes that failed (their source given up).
+    pub(crate) probes_failed: usize,
+    /// Process checks of same-host peers.
+    pub(crate) alive_checks: usize,
+    /// Events of a busy node put off until it is back.
+    pub(crate) busy_deferred: usize,
+    /// Liveness probes sent.
+    pub(crate) pings: usize,
+    /// When the first request failed (ns).
+    pub(crate) first_failure: Option<u64>,
     /// What the flow-control watch saw (runs with a stalled node).
     pub(crate) flow_seen: FlowSeen,
 }
@@ -415,6 +426,7 @@ impl World {
                 send_queue_total: plan.send_queue.1,
             };
             let mut core = Core::new(cfg, rails.profiles.clone(), stats.clone());
+            core.set_peer_timeout(plan.peer_timeout.map(Duration::from_nanos));
             // Most nodes cache registrations, with small bounds so that
             // eviction happens.
             let ring = mrng.chance(800).then(|| Arc::new(ReleaseRing::new()));
@@ -428,6 +440,9 @@ impl World {
                     let max_eager = rails.profiles[r].eager_limit;
                     let id =
                         core.add_peer(j as u64 + 1, RailId(r as u8), FiAddr(j as u64), max_eager);
+                    if rails.profiles[r].kind == crate::wire::RailKind::Shm {
+                        core.set_peer_pid(id, 1000 + j as u32);
+                    }
                     // Stripe endpoint i of both sides, as far as both have one.
                     for ((k, rail), _) in rails.stripes_of(i).zip(rails.stripes_of(j)) {
                         core.add_stripe(id, k, RailId(rail as u8), FiAddr(j as u64));
@@ -494,6 +509,11 @@ impl World {
             releases: 0,
             mem: Default::default(),
             cached_at_end: Vec::new(),
+            probes_failed: 0,
+            alive_checks: 0,
+            busy_deferred: 0,
+            pings: 0,
+            first_failure: None,
             flow_seen: FlowSeen::default(),
         }
     }

@@ -24,6 +24,8 @@ mod defects;
 mod driver;
 mod fabric;
 mod flood_cases;
+mod livecases;
+mod liveness;
 mod memreuse;
 mod mrcases;
 mod msg_cases;

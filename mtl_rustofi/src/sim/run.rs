@@ -4,7 +4,7 @@
 use super::fabric::{slot, Ev, Req, ReqKind, SlotState, World};
 use super::workload::{pattern, Buf, Cmd, ConsumerKind, CANARY, POISON};
 use crate::proto::ids::{RailId, ReqId};
-use crate::proto::{Event, Out, SendArgs};
+use crate::proto::{Event, Out, SendArgs, Status};
 use crate::usermem::Region;
 
 impl World {
@@ -50,7 +50,7 @@ impl World {
             let c = &self.nodes[n].core;
             let l = c.leftovers();
             !c.busy() && l.rx_unposted == 0 && l.retry == 0
-        })
+        }) && !self.waits_on_dead()
     }
 
     /// Runs events until nothing but ticks is left and the cores are idle.
@@ -67,9 +67,13 @@ impl World {
                 }
                 self.now += super::fabric::TICK;
                 for n in self.live().collect::<Vec<_>>() {
+                    if self.is_busy(n) {
+                        continue;
+                    }
                     let mut out = Out::new();
                     self.nodes[n].core.tick(&mut out);
                     self.run_out(n, out);
+                    self.live_tick(n);
                 }
                 continue;
             }
@@ -79,7 +83,9 @@ impl World {
             if self.steps > super::fabric::MAX_STEPS {
                 self.fail("hang: too many events");
             }
-            self.handle(q);
+            if let Some(q) = self.defer_if_busy(q) {
+                self.handle(q);
+            }
             if self.plan.stall.is_some() {
                 self.watch_flow();
             }
@@ -93,6 +99,7 @@ impl World {
                     let mut out = Out::new();
                     self.nodes[node].core.tick(&mut out);
                     self.run_out(node, out);
+                    self.live_tick(node);
                     let d = super::fabric::TICK + self.rng.below(500);
                     self.schedule(d, Ev::Tick { node });
                 }
@@ -327,7 +334,10 @@ impl World {
                 self.nodes[n].rails[rail].tunexp.retain(|m| m.from != d);
                 self.nodes[n].rails[rail].pending.retain(|(f, _)| *f != d);
             }
-            self.schedule(lost_after, Ev::PeerLost { node: n, dead: d });
+            // u64::MAX: the runtime never tells (liveness probes must).
+            if lost_after != u64::MAX {
+                self.schedule(lost_after, Ev::PeerLost { node: n, dead: d });
+            }
         }
     }
 
@@ -382,10 +392,13 @@ impl World {
             Cmd::Mprobe(c, stalls) => self.try_mprobe(n, c, stalls),
             Cmd::Probe(sel) => {
                 let mut out = Out::new();
-                let r = self.nodes[n].core.probe(&sel, &mut out);
+                let from = self.source_peer(n, &sel);
+                let r = self.nodes[n].core.probe(&sel, from, &mut out);
                 self.clock += 1;
-                if let Some(info) = r {
-                    self.probes.push((n, self.clock, sel, info));
+                match r {
+                    Ok(Some(info)) => self.probes.push((n, self.clock, sel, info)),
+                    Ok(None) => {}
+                    Err(_) => self.probe_failed(n, &sel),
                 }
                 self.run_out(n, out);
             }
@@ -455,7 +468,10 @@ impl World {
         );
         let mut out = Out::new();
         let ub = self.reqs[req].buf.user();
-        self.reqs[req].post = self.nodes[n].core.recv(con.sel, ub, ReqId(req), &mut out);
+        let from = self.source_peer(n, &con.sel);
+        self.reqs[req].post = self.nodes[n]
+            .core
+            .recv(con.sel, from, ub, ReqId(req), &mut out);
         self.run_out(n, out);
         req
     }
@@ -463,8 +479,16 @@ impl World {
     fn try_mprobe(&mut self, n: usize, c: usize, stalls: u32) {
         let con = self.plan.consumers[c];
         let mut out = Out::new();
-        let got = self.nodes[n].core.mprobe(&con.sel, &mut out);
+        let from = self.source_peer(n, &con.sel);
+        let got = self.nodes[n].core.mprobe(&con.sel, from, &mut out);
         self.run_out(n, out);
+        let got = match got {
+            Ok(got) => got,
+            Err(_) => {
+                self.probe_failed(n, &con.sel);
+                return;
+            }
+        };
         match got {
             Some((info, msg)) => {
                 let req = self.new_req(
@@ -509,6 +533,11 @@ impl World {
     /// batch were executed).
     pub(crate) fn record(&mut self, n: usize, events: Vec<Event>) {
         for e in events {
+            if let Event::Recv { status, .. } | Event::Send { status, .. } = e {
+                if matches!(status, Status::Failed | Status::Unreachable) {
+                    self.first_failure.get_or_insert(self.now);
+                }
+            }
             let req = match e {
                 Event::Recv { req, .. } | Event::Send { req, .. } | Event::Cancelled { req } => req,
             };
@@ -547,7 +576,10 @@ impl World {
                 addr: r.buf.addr(),
                 len: r.buf.len(),
             };
-            if region.len > 0 {
+            // A rendezvous with a peer given up long ago answers its
+            // request without waiting for its transfers' reports (the
+            // peer is dead: they move nothing).
+            if region.len > 0 && !self.nodes[n].core.answered_early(req) {
                 // A registration the cache keeps between transfers may
                 // outlive the request; one a transfer still uses may not.
                 let node = &self.nodes[n];
@@ -574,6 +606,18 @@ impl World {
 
     /// End of a run with a lost peer: receives that can never match are
     /// cancelled (each must still be cancellable).
+    /// A probe failed: only right if its source is given up (dead, or
+    /// lost one-sidedly in a run that allows it).
+    fn probe_failed(&mut self, n: usize, sel: &crate::matching::Selector) {
+        let dead = self.dead.map(|d| crate::matching::Source::Rank(d as i32));
+        if Some(sel.src) != dead && !self.plan.allow_unmatched {
+            self.fail(&format!(
+                "node {n}: probe {sel:?} failed, its source is alive"
+            ));
+        }
+        self.probes_failed += 1;
+    }
+
     fn cancel_leftover_receives(&mut self) {
         for req in 0..self.reqs.len() {
             let r = &self.reqs[req];

@@ -114,6 +114,16 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
             want("deaths in the middle of a rendezvous", c.deaths_mid_rndv);
         }
         want("receives cancelled at the end", c.cancelled_at_end);
+        want("deaths found by liveness probes alone", c.unannounced);
+        want(
+            "receives failed as their source is gone",
+            c.recv_unreachable,
+        );
+    }
+    // With tiny queues a death is found by ordinary packets to the dead
+    // node failing before any probe is due.
+    if fault == "death" && !profile.starts_with("tiny") {
+        want("liveness probes", c.pings);
     }
     if rails.profiles.iter().any(|p| p.inject_size > 0) {
         want("injected packets", c.injected);

@@ -100,6 +100,22 @@ pub(crate) struct Plan {
     pub(crate) send_queue: (usize, usize),
     /// A node that takes nothing in until a time ([`Stall`]).
     pub(crate) stall: Option<Stall>,
+    /// Liveness probing with this peer timeout (ns) on every node.
+    pub(crate) peer_timeout: Option<u64>,
+    /// A node that does not progress (busy outside MPI) for a while.
+    pub(crate) busy: Option<Busy>,
+    /// Sends to a dead node report their failure only this much later
+    /// (ns; 0: at once).
+    pub(crate) held_to_dead: u64,
+}
+
+/// Node `node` handles none of its events from `from` to `until` (ns): a
+/// process busy outside MPI, whose transport still takes packets.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Busy {
+    pub(crate) node: usize,
+    pub(crate) from: u64,
+    pub(crate) until: u64,
 }
 
 /// A node busy outside MPI until `until` ns: packets to it wait in the
@@ -304,6 +320,21 @@ impl Plan {
             let limit = rng.usize(4096, 4 * full);
             plan.send_queue = (limit, limit * rng.usize(1, 3));
         }
+        // Liveness probes find a dead peer on their own: in half of the
+        // deaths no one is told of it (the runtime keeps quiet), and in
+        // runs without failures they must never give a live peer up. The
+        // timeout is at least four times the slowest completion (a send
+        // a live peer's transport takes longer than half the timeout to
+        // accept passes for a dead peer's). (Drawn last, so that the rest
+        // of a seed's plan is unchanged.)
+        if (faults.death || !faults.any_failure()) && rng.chance(500) {
+            plan.peer_timeout = Some(rng.range(400_000, 800_000));
+            if let Some(d) = &mut plan.death {
+                if rng.chance(500) {
+                    d.lost_after = u64::MAX;
+                }
+            }
+        }
         plan
     }
 
@@ -424,6 +455,9 @@ impl Plan {
             death: None,
             allow_unmatched: false,
             core_faults: Vec::new(),
+            peer_timeout: None,
+            busy: None,
+            held_to_dead: 0,
             send_queue: SEND_QUEUE,
             stall: None,
         }

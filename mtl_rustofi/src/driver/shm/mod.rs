@@ -407,7 +407,7 @@ pub(crate) fn rail_of(a: &Action) -> Option<RailId> {
         | Action::TaggedRecv { rail, .. }
         | Action::Register { rail, .. }
         | Action::Cancel { rail, .. } => Some(rail),
-        Action::Deregister { .. } => None,
+        Action::Deregister { .. } | Action::CheckAlive { .. } => None,
     }
 }
 
@@ -441,8 +441,9 @@ impl ShmRail {
                 core.on_registered(mr, Ok(self.key()), out);
                 return;
             }
-            // Nothing is ever pending here.
-            Action::Cancel { .. } | Action::Deregister { .. } => return,
+            // Nothing is ever pending here (and process checks are no
+            // rail's: `rail_of` sends them to the driver).
+            Action::Cancel { .. } | Action::Deregister { .. } | Action::CheckAlive { .. } => return,
             // The profile says no FI_TAGGED, so the core never asks.
             Action::TaggedSend { op, .. } | Action::TaggedRecv { op, .. } => {
                 (op, Err(PostError::Hard(-libc::ENOSYS)))
