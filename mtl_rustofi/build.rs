@@ -17,7 +17,7 @@ fn main() {
     println!("cargo:rerun-if-changed=shim/rustofi_shim.c");
     println!("cargo:rerun-if-changed=shim/rustofi_site.c");
     println!("cargo:rerun-if-changed=shim/rustofi_site.h");
-    println!("cargo:rerun-if-changed=src/ffi.rs");
+    println!("cargo:rerun-if-changed=src/ffi");
     println!("cargo:rerun-if-env-changed=RUSTOFI_OMPI_INCLUDE");
 
     // libfabric bindings; `static inline` functions get C wrappers.

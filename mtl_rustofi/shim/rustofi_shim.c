@@ -51,7 +51,7 @@
 
 /*
  * Layout of the structs shared with the Rust library, field by field. The
- * RUSTOFI_LAYOUT_* numbers come from ffi.rs, where const assertions hold
+ * RUSTOFI_LAYOUT_* numbers come from ffi/layout.rs, where const assertions hold
  * Rust's layout to them; here the C compiler's layout of rustofi.h is held
  * to the same numbers, and so are Open MPI's own types where a Rust struct
  * mirrors one (mca_mtl_request_t) or the shim copies a field into one
@@ -60,7 +60,7 @@
 #define FIELD_SIZE(type, field) sizeof(((type *) 0)->field)
 #define ASSERT_FIELD(type, field, off)                                      \
     _Static_assert(offsetof(type, field) == (off),                          \
-                   "offset of " #type "." #field " differs from ffi.rs")
+                   "offset of " #type "." #field " differs from ffi/layout.rs")
 #define ASSERT_SAME_FIELD(type, field, mirror, mfield)                      \
     _Static_assert(offsetof(type, field) == offsetof(mirror, mfield)        \
                        && FIELD_SIZE(type, field) == FIELD_SIZE(mirror, mfield), \
@@ -71,7 +71,7 @@ ASSERT_FIELD(mca_mtl_request_t, ompi_req, RUSTOFI_LAYOUT_MTL_REQUEST_OMPI_REQ);
 ASSERT_FIELD(mca_mtl_request_t, completion_callback,
              RUSTOFI_LAYOUT_MTL_REQUEST_COMPLETION_CALLBACK);
 _Static_assert(sizeof(mca_mtl_request_t) == RUSTOFI_LAYOUT_MTL_REQUEST_SIZE,
-               "size of mca_mtl_request_t differs from ffi.rs");
+               "size of mca_mtl_request_t differs from ffi/layout.rs");
 ASSERT_SAME_FIELD(mca_mtl_request_t, ompi_req, MtlRequest, ompi_req);
 ASSERT_SAME_FIELD(mca_mtl_request_t, completion_callback, MtlRequest, completion_callback);
 _Static_assert(sizeof(MtlRequest) == sizeof(mca_mtl_request_t),
@@ -84,7 +84,7 @@ ASSERT_FIELD(RustofiReqHead, buffer, RUSTOFI_LAYOUT_REQ_HEAD_BUFFER);
 ASSERT_FIELD(RustofiReqHead, length, RUSTOFI_LAYOUT_REQ_HEAD_LENGTH);
 ASSERT_FIELD(RustofiReqHead, free_after, RUSTOFI_LAYOUT_REQ_HEAD_FREE_AFTER);
 _Static_assert(sizeof(RustofiReqHead) == RUSTOFI_LAYOUT_REQ_HEAD_SIZE,
-               "size of RustofiReqHead differs from ffi.rs");
+               "size of RustofiReqHead differs from ffi/layout.rs");
 _Static_assert(0 == RUSTOFI_LAYOUT_REQ_HEAD_MTL,
                "a mca_mtl_request_t pointer must also point at its RustofiReqHead");
 
@@ -94,7 +94,7 @@ ASSERT_FIELD(RustofiStatus, source, RUSTOFI_LAYOUT_STATUS_SOURCE);
 ASSERT_FIELD(RustofiStatus, tag, RUSTOFI_LAYOUT_STATUS_TAG);
 ASSERT_FIELD(RustofiStatus, count, RUSTOFI_LAYOUT_STATUS_COUNT);
 _Static_assert(sizeof(RustofiStatus) == RUSTOFI_LAYOUT_STATUS_SIZE,
-               "size of RustofiStatus differs from ffi.rs");
+               "size of RustofiStatus differs from ffi/layout.rs");
 _Static_assert(FIELD_SIZE(RustofiStatus, source) == FIELD_SIZE(ompi_status_public_t, MPI_SOURCE)
                    && FIELD_SIZE(RustofiStatus, tag) == FIELD_SIZE(ompi_status_public_t, MPI_TAG)
                    && FIELD_SIZE(RustofiStatus, count) == FIELD_SIZE(ompi_status_public_t, _ucount)
@@ -106,7 +106,7 @@ ASSERT_FIELD(RustofiCallbacks, recv_complete, RUSTOFI_LAYOUT_CALLBACKS_RECV_COMP
 ASSERT_FIELD(RustofiCallbacks, send_complete, RUSTOFI_LAYOUT_CALLBACKS_SEND_COMPLETE);
 ASSERT_FIELD(RustofiCallbacks, cancel_complete, RUSTOFI_LAYOUT_CALLBACKS_CANCEL_COMPLETE);
 _Static_assert(sizeof(RustofiCallbacks) == RUSTOFI_LAYOUT_CALLBACKS_SIZE,
-               "size of RustofiCallbacks differs from ffi.rs");
+               "size of RustofiCallbacks differs from ffi/layout.rs");
 ASSERT_FIELD(RustofiConfig, provider_include, RUSTOFI_LAYOUT_CONFIG_PROVIDER_INCLUDE);
 ASSERT_FIELD(RustofiConfig, include_set, RUSTOFI_LAYOUT_CONFIG_INCLUDE_SET);
 ASSERT_FIELD(RustofiConfig, provider_exclude, RUSTOFI_LAYOUT_CONFIG_PROVIDER_EXCLUDE);
@@ -133,7 +133,7 @@ ASSERT_FIELD(RustofiConfig, send_queue_limit, RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_L
 ASSERT_FIELD(RustofiConfig, send_queue_total, RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_TOTAL);
 ASSERT_FIELD(RustofiConfig, peer_timeout, RUSTOFI_LAYOUT_CONFIG_PEER_TIMEOUT);
 _Static_assert(sizeof(RustofiConfig) == RUSTOFI_LAYOUT_CONFIG_SIZE,
-               "size of RustofiConfig differs from ffi.rs");
+               "size of RustofiConfig differs from ffi/layout.rs");
 
 /* ------------------------------------------------------------------ */
 /* MCA parameters                                                      */

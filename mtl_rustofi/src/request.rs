@@ -15,7 +15,7 @@ use crate::usermem::UserBuf;
 use std::os::raw::c_void;
 
 /// Mirror of Open MPI's `mca_mtl_request_t` (checked field by field in
-/// ffi.rs and by static assertions in the shim).
+/// ffi/layout.rs and by static assertions in the shim).
 #[repr(C)]
 pub struct MtlRequest {
     pub ompi_req: *mut c_void,
@@ -149,7 +149,7 @@ pub(crate) struct Request {
 
 // The PML's request pointer, the shim's `RustofiReqHead *` and `ReqPtr`
 // all point at the same byte: the head comes first (the head's own fields
-// are checked against C in ffi.rs).
+// are checked against C in ffi/layout.rs).
 const _: () = assert!(memoffset::offset_of!(Request, head) == 0);
 
 /// Bytes the PML must reserve after its `mca_mtl_request_t`.

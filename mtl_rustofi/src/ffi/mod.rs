@@ -1,0 +1,237 @@
+//! The C boundary: every function the shim calls, each behind a panic
+//! guard. This is the only module that converts between C and Rust values.
+//!
+//! Return convention: 0 for success, a negative value for an error (the
+//! shim maps it to an Open MPI error code; the message has already been
+//! printed).
+
+mod init;
+mod layout;
+mod ops;
+mod site;
+
+pub use init::*;
+pub use layout::*;
+pub use ops::*;
+pub use site::*;
+
+use crate::config::{self, RawParams};
+use crate::engine::{Completion, Engine, MessageHandle, ProbeInfo, Status};
+use crate::fabric::{Hints, InfoList};
+use crate::log::Topic;
+use crate::matching::Selector;
+use crate::memrelease::ReleaseRing;
+use crate::params;
+use crate::proto::ids::PeerId;
+use crate::request::{MtlRequest, ReqPtr, Request, RustofiReqHead, REQUEST_EXTRA};
+use std::cell::RefCell;
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_char, c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::time::Duration;
+
+/// MCA parameter values and process identity, filled by the shim.
+#[repr(C)]
+pub struct RustofiConfig {
+    pub provider_include: *const c_char,
+    pub include_set: bool,
+    pub provider_exclude: *const c_char,
+    pub exclude_set: bool,
+    pub eager_limit: i64,
+    pub rndv_protocol: *const c_char,
+    pub rndv_chunk_size: i64,
+    pub rx_buffers: i64,
+    pub verbose: i64,
+    pub fault_inject: *const c_char,
+    /// Same-host peers over the shm provider: auto, on or off.
+    pub shm: *const c_char,
+    /// Coalesce back-to-back small sends to a peer (1) or not (0).
+    pub coalesce: i64,
+    /// The user selected this component by name (`--mca mtl rustofi`).
+    pub named: bool,
+    /// This process's name (jobid << 32 | vpid).
+    pub my_name: u64,
+    /// This process's rank in MPI_COMM_WORLD, for messages.
+    pub rank: i64,
+    /// NICs (domains) of the provider to use: comma list, NULL for any.
+    pub nic: *const c_char,
+    /// Most unused registrations of user buffers to cache (0: none).
+    pub mr_cache_size: i64,
+    /// Open MPI's memory hooks report munmap and free: the shim passes
+    /// every released range to [`rustofi_mem_release`].
+    pub mem_hooks: bool,
+    /// Ask for and use FI_TAGGED: auto or off.
+    pub tagged: *const c_char,
+    /// MCA `priority`, range-checked with the others.
+    pub priority: i64,
+    /// Most NICs a large read rendezvous spreads over (0: all near ones).
+    pub stripe: i64,
+    /// Smallest read rendezvous that stripes, in bytes.
+    pub stripe_min: i64,
+    /// Bytes held for one peer's uncompleted sends before sends wait.
+    pub send_queue_limit: i64,
+    /// The same over all peers.
+    pub send_queue_total: i64,
+    /// Seconds within which operations waiting on a dead peer fail (0:
+    /// never probe peers).
+    pub peer_timeout: i64,
+}
+
+/// Completion entry points of the shim.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct RustofiCallbacks {
+    /// A receive finished: source, tag, bytes written, status (0 ok,
+    /// 1 truncated, 2 failed).
+    pub recv_complete: Option<unsafe extern "C" fn(*mut RustofiReqHead, i32, i32, usize, c_int)>,
+    /// A send finished with a status (0 ok, 2 failed).
+    pub send_complete: Option<unsafe extern "C" fn(*mut RustofiReqHead, c_int)>,
+    /// A receive was cancelled.
+    pub cancel_complete: Option<unsafe extern "C" fn(*mut RustofiReqHead)>,
+}
+
+/// Output entry points of the shim (see `log`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct RustofiLogHooks {
+    /// Writes one line (without its newline) with `opal_output`.
+    pub output: Option<unsafe extern "C" fn(*const c_char)>,
+    /// Shows a topic of `help-mtl-rustofi.txt`; the second argument is the
+    /// message filling the topic's `%s`.
+    pub show_help: Option<unsafe extern "C" fn(*const c_char, *const c_char)>,
+}
+
+/// MPI_T class of a performance variable (the shim maps it to Open MPI's
+/// `MCA_BASE_PVAR_CLASS_*`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RustofiPvarClass {
+    /// Monotonic count of events since MPI_Init.
+    Counter = 0,
+    /// Current value of a quantity that rises and falls.
+    Level = 1,
+    /// Highest value a level has reached.
+    Highwatermark = 2,
+}
+
+/// Envelope reported by a probe.
+#[repr(C)]
+pub struct RustofiStatus {
+    pub source: i32,
+    pub tag: i32,
+    pub count: u64,
+}
+
+struct Component {
+    engine: Engine,
+    cb: RustofiCallbacks,
+    rank: i64,
+}
+
+static COMPONENT: AtomicPtr<Component> = AtomicPtr::new(ptr::null_mut());
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<Completion>> = const { RefCell::new(Vec::new()) };
+}
+
+const ERR: c_int = -1;
+
+/// Runs `f`, turning a panic into an error code and a message.
+fn guard(what: &str, f: impl FnOnce() -> c_int) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            crate::log::problem(Topic::InternalError, &format!("{what}: {msg}"));
+            ERR
+        }
+    }
+}
+
+fn component() -> Option<&'static Component> {
+    let p = COMPONENT.load(Ordering::Acquire);
+    // SAFETY: the pointer is either null or a leaked Box that stays alive
+    // until rustofi_finalize, which MPI guarantees runs after every other
+    // call into the MTL has returned.
+    unsafe { p.as_ref() }
+}
+
+/// Runs an engine operation, then delivers the completions it produced
+/// once the progress token has been released (a callback may start new
+/// operations).
+fn with_engine(what: &str, f: impl FnOnce(&Engine, &mut Vec<Completion>) -> c_int) -> c_int {
+    guard(what, || {
+        let Some(c) = component() else {
+            crate::log::error(&format!("{what} called before initialisation"));
+            return ERR;
+        };
+        let mut out = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        let r = f(&c.engine, &mut out);
+        deliver(c, &mut out);
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.capacity() < out.capacity() {
+                *s = out;
+            }
+        });
+        r
+    })
+}
+
+fn deliver(c: &Component, out: &mut Vec<Completion>) {
+    for comp in out.drain(..) {
+        // SAFETY: each request pointer came from the shim for an operation
+        // that is now complete; the callbacks are the shim's functions.
+        unsafe {
+            match comp {
+                Completion::Recv {
+                    req,
+                    src,
+                    tag,
+                    bytes,
+                    status,
+                } => {
+                    if let Some(f) = c.cb.recv_complete {
+                        f(
+                            req.0 as *mut RustofiReqHead,
+                            src,
+                            tag,
+                            bytes,
+                            status as c_int,
+                        )
+                    }
+                }
+                Completion::Send { req, status } => {
+                    if let Some(f) = c.cb.send_complete {
+                        f(req.0 as *mut RustofiReqHead, status as c_int)
+                    }
+                }
+                Completion::Cancelled { req } => {
+                    if let Some(f) = c.cb.cancel_complete {
+                        f(req.0 as *mut RustofiReqHead)
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn opt_str<'a>(p: *const c_char) -> Option<&'a str> {
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: the shim passes NUL-terminated MCA strings that outlive
+        // the init call.
+        unsafe { CStr::from_ptr(p) }.to_str().ok()
+    }
+}
+
+/// Memory-release notices for the registration cache (one per process,
+/// like the hooks that feed it).
+static RELEASES: std::sync::OnceLock<std::sync::Arc<ReleaseRing>> = std::sync::OnceLock::new();

@@ -1,0 +1,269 @@
+//! The MTL operations: peers, sends, receives, probes, cancels, progress,
+//! and the memory-release callback of the registration cache.
+
+use super::*;
+
+/// Adds a peer from its modex data; `local` says it runs on this host.
+/// Returns its handle (> 0) or 0 on error.
+///
+/// # Safety
+/// `addr` must be readable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_add_peer(
+    name: u64,
+    addr: *const u8,
+    len: usize,
+    local: bool,
+) -> usize {
+    let mut handle = 0usize;
+    let r = with_engine("rustofi_add_peer", |e, out| {
+        // SAFETY: the contract says `addr` is readable for `len` bytes; the
+        // slice does not outlive this call (add_peer copies what it keeps).
+        let bytes = unsafe { std::slice::from_raw_parts(addr, len) };
+        match e.add_peer(name, bytes, local, out) {
+            Ok(h) => {
+                handle = h;
+                0
+            }
+            Err(err) => {
+                crate::log::error(&format!("cannot add peer 0x{name:x}: {}", err.0));
+                ERR
+            }
+        }
+    });
+    if r == 0 {
+        handle
+    } else {
+        0
+    }
+}
+
+/// Drains the completion queue; returns the number of events handled.
+#[no_mangle]
+pub extern "C" fn rustofi_progress() -> c_int {
+    with_engine("rustofi_progress", |e, out| e.progress(out) as c_int)
+}
+
+fn report(r: Result<(), crate::engine::EngineError>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            crate::log::error(&e.0);
+            ERR
+        }
+    }
+}
+
+/// Starts a send of `len` contiguous bytes.
+///
+/// # Safety
+/// `buf` must stay readable for `len` bytes and `req` must point at a
+/// request of `sizeof(mca_mtl_request_t) + rustofi_request_extra()` bytes,
+/// both until the send completes.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn rustofi_isend(
+    peer: usize,
+    ctx: u32,
+    my_rank: i32,
+    tag: i32,
+    buf: *const c_void,
+    len: usize,
+    sync: bool,
+    req: *mut RustofiReqHead,
+) -> c_int {
+    with_engine("rustofi_isend", |e, out| {
+        // SAFETY: forwarded from this function's contract.
+        report(unsafe {
+            e.isend(
+                peer,
+                ctx,
+                my_rank,
+                tag,
+                buf as *const u8,
+                len,
+                sync,
+                ReqPtr(req as *mut Request),
+                out,
+            )
+        })
+    })
+}
+
+/// Posts a receive into `len` contiguous bytes at `buf`. `peer` is the
+/// handle of a specific source (0 for any source): a receive from a peer
+/// that is given up fails instead of waiting.
+///
+/// # Safety
+/// As for `rustofi_isend`, with `buf` writable.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_irecv(
+    ctx: u32,
+    src: i32,
+    peer: usize,
+    tag: i32,
+    buf: *mut c_void,
+    len: usize,
+    req: *mut RustofiReqHead,
+) -> c_int {
+    with_engine("rustofi_irecv", |e, out| {
+        // SAFETY: forwarded from this function's contract.
+        report(unsafe {
+            e.irecv(
+                Selector::from_mpi(ctx, src, tag),
+                source_peer(peer),
+                buf as *mut u8,
+                len,
+                ReqPtr(req as *mut Request),
+                out,
+            )
+        })
+    })
+}
+
+/// The peer of a receive's or probe's source handle (0: any source).
+fn source_peer(handle: usize) -> Option<PeerId> {
+    (handle != 0).then(|| PeerId::from_handle(handle))
+}
+
+fn fill_status(st: *mut RustofiStatus, p: &ProbeInfo) {
+    if !st.is_null() {
+        // SAFETY: the shim passes a valid status pointer or NULL.
+        unsafe {
+            *st = RustofiStatus {
+                source: p.src,
+                tag: p.tag,
+                count: p.len,
+            }
+        };
+    }
+}
+
+/// Non-blocking probe. Sets `*flag` to 1 and fills `status` if a message
+/// matches.
+///
+/// # Safety
+/// `flag` must be valid; `status` valid or NULL.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_iprobe(
+    ctx: u32,
+    src: i32,
+    peer: usize,
+    tag: i32,
+    flag: *mut c_int,
+    status: *mut RustofiStatus,
+) -> c_int {
+    with_engine("rustofi_iprobe", |e, out| {
+        match e.iprobe(Selector::from_mpi(ctx, src, tag), source_peer(peer), out) {
+            Ok(found) => {
+                // SAFETY: the contract says `flag` is a valid pointer.
+                unsafe { *flag = found.is_some() as c_int };
+                if let Some(p) = found {
+                    fill_status(status, &p);
+                }
+                0
+            }
+            Err(err) => {
+                crate::log::error(&err.0);
+                ERR
+            }
+        }
+    })
+}
+
+/// Matched probe: removes a matching message and returns it in `*msg`.
+///
+/// # Safety
+/// `flag` and `msg` must be valid; `status` valid or NULL.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_improbe(
+    ctx: u32,
+    src: i32,
+    peer: usize,
+    tag: i32,
+    flag: *mut c_int,
+    status: *mut RustofiStatus,
+    msg: *mut *mut c_void,
+) -> c_int {
+    with_engine("rustofi_improbe", |e, out| {
+        match e.improbe(Selector::from_mpi(ctx, src, tag), source_peer(peer), out) {
+            Ok(found) => {
+                // SAFETY: the contract says `flag` and `msg` are valid.
+                unsafe {
+                    *flag = found.is_some() as c_int;
+                    *msg = ptr::null_mut();
+                }
+                if let Some((p, h)) = found {
+                    fill_status(status, &p);
+                    // SAFETY: `msg` is valid, as above.
+                    unsafe { *msg = h.0 };
+                }
+                0
+            }
+            Err(err) => {
+                crate::log::error(&err.0);
+                ERR
+            }
+        }
+    })
+}
+
+/// Receives a message returned by `rustofi_improbe`.
+///
+/// # Safety
+/// `msg` must come from `rustofi_improbe` and be used once; the rest as
+/// for `rustofi_irecv`.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_imrecv(
+    msg: *mut c_void,
+    buf: *mut c_void,
+    len: usize,
+    req: *mut RustofiReqHead,
+) -> c_int {
+    with_engine("rustofi_imrecv", |e, out| {
+        // SAFETY: forwarded from this function's contract: `msg` came from
+        // rustofi_improbe and is used once; `buf` and `req` as for irecv.
+        report(unsafe {
+            e.imrecv(
+                MessageHandle(msg),
+                buf as *mut u8,
+                len,
+                ReqPtr(req as *mut Request),
+                out,
+            )
+        })
+    })
+}
+
+/// Cancels a posted receive. Returns 1 if cancelled (the cancel callback
+/// has run), 0 if it had already matched.
+///
+/// # Safety
+/// `req` must be a receive request started by `rustofi_irecv`.
+#[no_mangle]
+pub unsafe extern "C" fn rustofi_cancel(req: *mut RustofiReqHead) -> c_int {
+    with_engine("rustofi_cancel", |e, out| {
+        match e.cancel(ReqPtr(req as *mut Request), out) {
+            Ok(c) => c as c_int,
+            Err(err) => {
+                crate::log::error(&err.0);
+                ERR
+            }
+        }
+    })
+}
+
+/// Open MPI's memory hooks report that `[addr, addr + len)` goes back to
+/// the system. Runs inside munmap/free in any thread, possibly while
+/// another thread is inside the engine: it only pushes on a lock-free ring
+/// (no allocation, no lock).
+#[no_mangle]
+pub extern "C" fn rustofi_mem_release(addr: *mut c_void, len: usize) {
+    // Nothing here can panic (the ring indexes modulo its size); the
+    // guard is there so that nothing ever unwinds into munmap.
+    let _ = catch_unwind(|| {
+        if let Some(r) = RELEASES.get() {
+            r.push(addr as usize, len);
+        }
+    });
+}
