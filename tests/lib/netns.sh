@@ -44,3 +44,24 @@ cleanup() {
     teardown
     [ -n "$tmp" ] && rm -rf "$tmp"
 }
+
+# Hosts on one bridge: each host namespace in HOSTS gets interface IFACE
+# with its address from ADDRS (same index, /24), a veth into bridge br0
+# in BRIDGE_NS.
+setup_one_bridge() {
+    local i h
+    ip netns add "$BRIDGE_NS" || return 1
+    ip -n "$BRIDGE_NS" link set lo up || return 1
+    ip -n "$BRIDGE_NS" link add br0 type bridge || return 1
+    ip -n "$BRIDGE_NS" link set br0 up || return 1
+    for i in "${!HOSTS[@]}"; do
+        h=${HOSTS[$i]}
+        ip netns add "$h" || return 1
+        ip -n "$h" link set lo up || return 1
+        ip -n "$h" link add "$IFACE" type veth peer name "veth-$h" netns "$BRIDGE_NS" || return 1
+        ip -n "$h" addr add "${ADDRS[$i]}/24" dev "$IFACE" || return 1
+        ip -n "$h" link set "$IFACE" up || return 1
+        ip -n "$BRIDGE_NS" link set "veth-$h" master br0 || return 1
+        ip -n "$BRIDGE_NS" link set "veth-$h" up || return 1
+    done
+}
