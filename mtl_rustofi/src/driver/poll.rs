@@ -1,0 +1,121 @@
+//! Reading the completion queues: completions and errors handed to the
+//! core, and the operation contexts shrunk after a burst.
+
+use super::*;
+
+impl Driver {
+    /// Drains the completion queues of the rails the core wants polled,
+    /// reporting every completion and executing what follows. Returns the
+    /// number of completions.
+    pub(crate) fn poll(&mut self, core: &mut Core, out: &mut Out) -> usize {
+        let mut total = 0;
+        for r in 0..self.rails.len() {
+            let rail = RailId(r as u8);
+            if core.rail_needs_poll(rail) {
+                total += self.poll_rail(rail, core, out);
+            }
+        }
+        let rail = RailId(self.local_id);
+        let local = self.local.as_mut().map_or(0, |l| l.poll(rail, core, out));
+        if local > 0 {
+            self.execute(core, out);
+        }
+        total += local;
+        if self.op_ctx.len() > OP_CTX_KEPT {
+            self.shrink_ctx(core.op_ids_bound());
+        }
+        total
+    }
+
+    /// Frees the contexts a burst made once the core's operation ids fall
+    /// back below half of them: no posted operation has an id at or above
+    /// `bound`, so none of those contexts is in the provider's hands.
+    #[cold]
+    fn shrink_ctx(&mut self, bound: usize) {
+        if bound < self.op_ctx.len() / 2 {
+            self.op_ctx.truncate(bound.max(OP_CTX_KEPT));
+            self.op_ctx.shrink_to_fit();
+        }
+    }
+
+    fn poll_rail(&mut self, rail: RailId, core: &mut Core, out: &mut Out) -> usize {
+        let mut total = 0;
+        loop {
+            let mut entries = std::mem::take(&mut self.scratch);
+            let n = match self.rails[rail.index()].cq.read(&mut entries) {
+                Ok(n) => n,
+                Err(r) if r == -(sys::FI_EAVAIL as i64) => {
+                    self.scratch = entries;
+                    self.handle_error(rail, core, out);
+                    self.execute(core, out);
+                    total += 1;
+                    continue;
+                }
+                Err(r) => {
+                    self.scratch = entries;
+                    crate::log::error(&format!(
+                        "fi_cq_read on {} failed: {}",
+                        self.rails[rail.index()].profile.provider,
+                        strerror(-r as i32)
+                    ));
+                    return total;
+                }
+            };
+            for e in &entries[..n] {
+                self.handle_completion(e, core, out);
+            }
+            let full = n == entries.len();
+            self.scratch = entries;
+            total += n;
+            if n > 0 {
+                self.execute(core, out);
+            }
+            if !full {
+                return total;
+            }
+        }
+    }
+
+    fn what(ctx: *mut c_void) -> Posted {
+        // SAFETY: every operation we post carries a boxed OpCtx of ours as
+        // its context; the provider hands it back unchanged, and the box
+        // lives as long as the driver.
+        unsafe { (*(ctx as *const OpCtx)).what }
+    }
+
+    #[inline]
+    fn handle_completion(&self, e: &CqEntry, core: &mut Core, out: &mut Out) {
+        if e.op_context.is_null() {
+            return;
+        }
+        match Self::what(e.op_context) {
+            Posted::Rx(rail, slot) => {
+                let b = &self.rx[rail.index()][slot.0 as usize];
+                let len = e.len.min(b.mem.len());
+                core.on_packet(rail, slot, &b.mem[..len], out);
+            }
+            Posted::Op(op) => core.on_complete(op, out),
+        }
+    }
+
+    fn handle_error(&mut self, rail: RailId, core: &mut Core, out: &mut Out) {
+        let Some(err) = self.rails[rail.index()].cq.read_error() else {
+            return;
+        };
+        if err.context.is_null() {
+            crate::log::error(&format!(
+                "completion error without a context: {}",
+                err.message
+            ));
+            return;
+        }
+        match Self::what(err.context) {
+            Posted::Rx(rail, slot) => {
+                let canceled = err.err == sys::FI_ECANCELED as i32;
+                core.on_rx_error(rail, slot, canceled, &err.message, out);
+            }
+            Posted::Op(op) if err.err == sys::FI_ECANCELED as i32 => core.on_canceled(op, out),
+            Posted::Op(op) => core.on_error(op, &err.message, out),
+        }
+    }
+}
