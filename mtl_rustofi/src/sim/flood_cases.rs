@@ -11,6 +11,7 @@
 #![cfg(test)]
 
 use super::fabric::World;
+use super::panic_text;
 use super::profiles::{fault_set, profile_set};
 use super::rng::Rng;
 use super::workload::{Cmd, ConsumerKind, MsgSpec, Plan, Stall, CTX_SPECIFIC};
@@ -132,11 +133,7 @@ fn flood(profile: &str, fault: &str, seed: u64, send_queue: (usize, usize)) -> W
     match res {
         Ok(w) => w,
         Err(e) => {
-            let msg = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
+            let msg = panic_text(e.as_ref());
             panic!("flood {profile}/{fault} seed {seed} failed: {msg} ({case:?})");
         }
     }

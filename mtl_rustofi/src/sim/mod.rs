@@ -121,11 +121,7 @@ pub(crate) fn run_case(case: &Case) -> Outcome {
     match res {
         Ok(o) => o,
         Err(e) => {
-            let msg = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
+            let msg = panic_text(e.as_ref());
             panic!(
                 "simulation failed: {msg}\nreplay with: {}",
                 case.replay_command()
@@ -153,4 +149,12 @@ pub(crate) fn seeds(base: u64) -> u64 {
 /// provokes thousands of them).
 pub(crate) fn quiet() {
     crate::log::QUIET.with(|q| q.set(true));
+}
+
+/// The message a panic carried (what `panic!` formatted), or nothing.
+pub(crate) fn panic_text(e: &(dyn std::any::Any + Send)) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
 }
