@@ -59,6 +59,10 @@ struct Clock {
     start: Instant,
     rounds: u32,
     on: bool,
+    /// Something arrived or completed since the last clock round.
+    moved: bool,
+    /// Report a stall ([`Core::tick_stall`]): verbose 1 and up.
+    stall_reports: bool,
 }
 
 const CLOCK_EVERY: u32 = 64;
@@ -162,7 +166,9 @@ impl Engine {
                 clock: Clock {
                     start: Instant::now(),
                     rounds: 0,
-                    on: settings.peer_timeout.is_some(),
+                    on: settings.peer_timeout.is_some() || settings.verbose > 0,
+                    moved: false,
+                    stall_reports: settings.verbose > 0,
                 },
             }),
             settings,
@@ -533,8 +539,16 @@ fn progress(st: &mut State) -> usize {
     // After the poll: what arrived counts before peers are judged.
     if st.clock.on {
         st.clock.rounds = st.clock.rounds.wrapping_add(1);
+        st.clock.moved |= n > 0;
         if st.clock.rounds.is_multiple_of(CLOCK_EVERY) {
-            st.core.tick_liveness(st.clock.start.elapsed(), &mut st.out);
+            let now = st.clock.start.elapsed();
+            if st.clock.stall_reports {
+                let moved = std::mem::take(&mut st.clock.moved);
+                if let Some(report) = st.core.tick_stall(now, moved) {
+                    crate::log::line(&format!("{} mtl_rustofi: {report}", crate::log::prefix()));
+                }
+            }
+            st.core.tick_liveness(now, &mut st.out);
             if !st.out.actions.is_empty() {
                 st.driver.execute(&mut st.core, &mut st.out);
             }

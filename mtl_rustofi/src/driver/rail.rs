@@ -79,22 +79,7 @@ impl FabricRail {
         // FI_TAGGED is used only if the provider returned it and the user
         // allows it (a provider may return it unasked).
         let tagged = caps.tagged && settings.tagged;
-        let (rndv_read, rndv_msg) = match rndv {
-            RndvProtocol::Auto => (caps.rma, !caps.rma && !tagged),
-            RndvProtocol::Read if !caps.rma => {
-                return Err(EngineError(format!(
-                    "mtl_rustofi_rndv_protocol = read, but provider {provider} has no FI_RMA"
-                )))
-            }
-            RndvProtocol::Read => (true, false),
-            RndvProtocol::Send if !tagged => {
-                return Err(EngineError(format!(
-                    "mtl_rustofi_rndv_protocol = send, but provider {provider} has no FI_TAGGED"
-                )))
-            }
-            RndvProtocol::Send => (false, false),
-            RndvProtocol::Msg => (false, true),
-        };
+        let (rndv_read, rndv_msg) = choose_rndv(rndv, &caps, tagged, &provider)?;
         let fabric = Fabric::open(info)?;
         let domain = Domain::open(&fabric, info)?;
         let cq_size = (info.rx_size() + info.tx_size()).clamp(1024, 65536);
@@ -141,5 +126,96 @@ impl FabricRail {
 
     pub(super) fn ep(&self) -> &Endpoint {
         self.ep.as_ref().expect("endpoint open until drop")
+    }
+}
+
+/// Whether a provider's RMA read serves the read rendezvous when the user
+/// leaves the choice to us. `ofi_rxd` (under `udp`) emulates RMA in
+/// software over datagrams, and its reads stall under load: with many
+/// reads and sends in flight both ways, a transfer stops being
+/// acknowledged and everything behind it waits for ever (the threaded
+/// stress test stalls in about half its runs with reads and never with
+/// the send or message rendezvous; stock mtl/ofi crashes inside the
+/// provider on the same test). Its sends are also the faster path there.
+fn rma_read_trusted(provider: &str) -> bool {
+    !provider.contains("ofi_rxd")
+}
+
+/// The rendezvous a rail uses: (by read, by message packets); neither
+/// means the tagged send rendezvous.
+fn choose_rndv(
+    rndv: RndvProtocol,
+    caps: &Caps,
+    tagged: bool,
+    provider: &str,
+) -> Result<(bool, bool), EngineError> {
+    Ok(match rndv {
+        RndvProtocol::Auto => {
+            let read = caps.rma && rma_read_trusted(provider);
+            (read, !read && !tagged)
+        }
+        RndvProtocol::Read if !caps.rma => {
+            return Err(EngineError(format!(
+                "mtl_rustofi_rndv_protocol = read, but provider {provider} has no FI_RMA"
+            )))
+        }
+        RndvProtocol::Read => (true, false),
+        RndvProtocol::Send if !tagged => {
+            return Err(EngineError(format!(
+                "mtl_rustofi_rndv_protocol = send, but provider {provider} has no FI_TAGGED"
+            )))
+        }
+        RndvProtocol::Send => (false, false),
+        RndvProtocol::Msg => (false, true),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(rma: bool, tagged: bool) -> Caps {
+        Caps {
+            rma,
+            tagged,
+            mr_local: false,
+            mr_virt_addr: false,
+            mr_prov_key: false,
+            mr_endpoint: false,
+            max_msg: 1 << 30,
+            inject_size: 0,
+        }
+    }
+
+    #[test]
+    fn auto_reads_where_rma_is_trusted() {
+        let c = caps(true, true);
+        let pick = |p| choose_rndv(RndvProtocol::Auto, &c, true, p).unwrap();
+        assert_eq!(pick("tcp;ofi_rxm"), (true, false));
+        assert_eq!(pick("efa"), (true, false));
+        // udp;ofi_rxd: its emulated reads stall; tagged sends instead.
+        assert_eq!(pick("udp;ofi_rxd"), (false, false));
+        // ... or message packets where FI_TAGGED is off.
+        let off = choose_rndv(RndvProtocol::Auto, &c, false, "udp;ofi_rxd").unwrap();
+        assert_eq!(off, (false, true));
+    }
+
+    #[test]
+    fn explicit_choices_are_honoured_or_refused() {
+        let c = caps(true, true);
+        let rxd = "udp;ofi_rxd";
+        assert_eq!(
+            choose_rndv(RndvProtocol::Read, &c, true, rxd).unwrap(),
+            (true, false)
+        );
+        assert_eq!(
+            choose_rndv(RndvProtocol::Msg, &c, true, rxd).unwrap(),
+            (false, true)
+        );
+        let no_rma = caps(false, true);
+        let e = choose_rndv(RndvProtocol::Read, &no_rma, true, "x").unwrap_err();
+        assert!(e.0.contains("no FI_RMA"), "{}", e.0);
+        let e = choose_rndv(RndvProtocol::Send, &c, false, "x").unwrap_err();
+        assert!(e.0.contains("no FI_TAGGED"), "{}", e.0);
     }
 }

@@ -114,6 +114,16 @@ impl Flow {
     pub(super) fn any_waiting(&self) -> bool {
         !self.waiting.is_empty()
     }
+
+    /// Sends waiting, uncopied, over all peers.
+    pub(super) fn waiting_len(&self) -> usize {
+        self.peers.iter().map(|f| f.deferred.len()).sum()
+    }
+
+    /// Bytes charged over all peers.
+    pub(super) fn held_total(&self) -> usize {
+        self.total
+    }
 }
 
 /// What the core's flow control holds now (see [`Core::flow_state`]).

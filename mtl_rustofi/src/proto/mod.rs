@@ -28,6 +28,7 @@
 //! - [`stripe`]: a read rendezvous spread over several NICs;
 //! - [`rndv_msg`]: the receiver grants, the sender sends data packets into
 //!   its bounce buffers (FI_MSG only);
+//! - [`stall`]: a report of what waits when nothing has moved for a while;
 //! - [`mrcache`]: registrations of user buffers kept for reuse;
 //! - [`usermr`]: how rendezvous registrations go through that cache.
 
@@ -45,6 +46,7 @@ mod rndv;
 mod rndv_msg;
 mod rndv_read;
 mod rndv_send;
+mod stall;
 mod stripe;
 mod txq;
 mod usermr;
@@ -276,6 +278,8 @@ pub(crate) struct Core {
     chunk_index: Option<(PeerId, ChunkIndex)>,
     /// Liveness probes and what waits on each peer.
     live: liveness::Liveness,
+    /// When something last moved, for the stall report.
+    stall: stall::StallWatch,
 }
 
 /// Chunks by rendezvous: operation id and rail index.
@@ -326,6 +330,7 @@ impl Core {
             stats,
             chunk_index: None,
             live: liveness::Liveness::default(),
+            stall: stall::StallWatch::default(),
         }
     }
 

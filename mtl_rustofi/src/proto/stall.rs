@@ -1,0 +1,180 @@
+//! What the core holds when nothing has moved for a while: a report for
+//! the user (and whoever debugs a hang) instead of silence.
+//!
+//! The engine tells the core, every clock round, whether anything arrived
+//! or completed since the last round; when the core has had work
+//! outstanding and nothing moved for [`STALL_AFTER`], one report goes out,
+//! and one more each time the stall doubles in length. Nothing is failed
+//! here: a peer busy outside MPI is not a stall of ours, and peers that are
+//! really gone are the business of [`super::liveness`].
+
+use super::Core;
+use std::fmt::Write;
+use std::time::Duration;
+
+/// Time without any completion or arrival, while work is outstanding,
+/// before the first report.
+pub(crate) const STALL_AFTER: Duration = Duration::from_secs(10);
+
+/// The stall watch's state.
+#[derive(Default)]
+pub(super) struct StallWatch {
+    /// When something last moved (or the core last had nothing to do).
+    last_moved: Duration,
+    /// When the next report is due, once stalled (zero: none made yet).
+    next_report: Duration,
+}
+
+impl Core {
+    /// One clock round of the stall watch. `moved`: something arrived or
+    /// completed since the last round. Returns the report when one is due.
+    pub(crate) fn tick_stall(&mut self, now: Duration, moved: bool) -> Option<String> {
+        if moved || !self.busy_for_stall() {
+            let w = &mut self.stall;
+            w.last_moved = now;
+            w.next_report = Duration::ZERO;
+            return None;
+        }
+        let w = &mut self.stall;
+        let still = now.saturating_sub(w.last_moved);
+        if still < STALL_AFTER || (!w.next_report.is_zero() && now < w.next_report) {
+            return None;
+        }
+        w.next_report = now + still;
+        Some(self.stall_report(still))
+    }
+
+    /// Work that waits on the network: operations, rendezvous, synchronous
+    /// sends, queued sends. (Posted receives alone are not: waiting for a
+    /// message nobody has sent is normal.)
+    fn busy_for_stall(&self) -> bool {
+        self.busy() || !self.sync_wait.is_empty()
+    }
+
+    /// One line: what waits, per rail and in the core's tables.
+    pub(crate) fn stall_report(&self, still: Duration) -> String {
+        let l = self.leftovers();
+        let mut s = format!(
+            "nothing arrived or completed for {} s with work outstanding: \
+             {} operations, {} send rendezvous, {} receive rendezvous, {} synchronous sends \
+             awaiting acks, {} sends waiting for room ({} B held), {} posted receives, \
+             {} unexpected, {} held out of order;",
+            still.as_secs(),
+            l.ops,
+            l.rndv_send,
+            l.rndv_recv,
+            l.sync_wait,
+            self.flow.waiting_len(),
+            self.flow.held_total(),
+            l.posted,
+            l.unexpected,
+            l.held_out_of_order,
+        );
+        for (i, r) in self.rails.iter().enumerate() {
+            let _ = write!(
+                s,
+                " rail {i} ({}, {:?}): {}/{} in flight, {} queued, {} rx unposted;",
+                r.profile.provider,
+                r.profile.kind,
+                r.inflight,
+                r.profile.tx_depth,
+                r.retry.len(),
+                r.rx_retry.len(),
+            );
+        }
+        s.pop();
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Fault;
+    use crate::proto::ids::{PeerId, RailId, ReqId};
+    use crate::proto::{CoreConfig, Out, RailProfile, SendArgs, Stats};
+    use crate::usermem::UserBuf;
+    use crate::wire::RailKind;
+    use std::sync::Arc;
+
+    fn core() -> (Core, PeerId) {
+        let profile = RailProfile {
+            kind: RailKind::Net,
+            provider: "udp;ofi_rxd".into(),
+            mr_local: false,
+            mr_virt_addr: true,
+            mr_prov_key: false,
+            buf_size: 8192 + 64,
+            eager_limit: 8192,
+            zero_copy: false,
+            rndv_read: false,
+            tagged: false,
+            rndv_msg: true,
+            chunk: 1 << 20,
+            inject_size: 0,
+            tx_depth: 64,
+            rx_count: 4,
+        };
+        let cfg = CoreConfig {
+            my_name: 1,
+            coalesce: false,
+            fault: Fault::None,
+            stripe_min: 0,
+            send_queue_limit: 1 << 22,
+            send_queue_total: 1 << 25,
+        };
+        let mut c = Core::new(cfg, vec![profile], Arc::new(Stats::default()));
+        let peer = c.add_peer(2, RailId(0), crate::proto::ids::FiAddr(0), 8192);
+        (c, peer)
+    }
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn an_idle_core_never_reports() {
+        let (mut c, _) = core();
+        for t in 0..100 {
+            assert_eq!(c.tick_stall(S(t), false), None);
+        }
+    }
+
+    #[test]
+    fn a_send_the_provider_never_completes_is_reported_then_backs_off() {
+        let (mut c, peer) = core();
+        let mut data = [5u8; 100];
+        let mut out = Out::new();
+        // SAFETY: `data` outlives the core's use of it (the send is never
+        // completed and the core is dropped first).
+        let buf = unsafe { UserBuf::new(data.as_mut_ptr(), data.len()) };
+        let args = SendArgs {
+            peer,
+            ctx: 0,
+            src: 0,
+            tag: 3,
+            buf,
+            sync: true,
+            req: ReqId(1),
+        };
+        c.send(args, &mut out).unwrap();
+        assert_eq!(c.tick_stall(S(0), true), None, "the send just went out");
+        assert_eq!(c.tick_stall(S(9), false), None, "under the threshold");
+        let r = c.tick_stall(S(10), false).expect("a report at 10 s");
+        assert!(r.contains("for 10 s"), "{r}");
+        assert!(r.contains("1 operations"), "{r}");
+        assert!(r.contains("1 synchronous sends"), "{r}");
+        assert!(
+            r.contains("rail 0 (udp;ofi_rxd, Net): 1/64 in flight"),
+            "{r}"
+        );
+        // The next report when the stall has doubled, then quadrupled.
+        assert_eq!(c.tick_stall(S(19), false), None);
+        assert!(c.tick_stall(S(20), false).unwrap().contains("for 20 s"));
+        assert_eq!(c.tick_stall(S(39), false), None);
+        assert!(c.tick_stall(S(40), false).is_some());
+        // Movement ends the stall; the clock starts again.
+        assert_eq!(c.tick_stall(S(41), true), None);
+        assert_eq!(c.tick_stall(S(50), false), None);
+        assert!(c.tick_stall(S(51), false).unwrap().contains("for 10 s"));
+        drop(c);
+    }
+}
