@@ -87,29 +87,29 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    /// Opens the network provider at `index` of `list`, as `same` says a
-    /// rail for same-host peers beside it, and a stripe endpoint on each
-    /// entry of `stripes` (other NICs of the provider).
+    /// Opens the network provider at `index` of `list` (`net`), as `same`
+    /// says a rail for same-host peers beside it, and a stripe endpoint on
+    /// each entry of `stripes` (other NICs of the provider). Without `net`
+    /// our own shared-memory rail is the only rail.
     pub(crate) fn open(
-        list: InfoList,
-        index: usize,
+        net: Option<(InfoList, usize)>,
         same: SameHost,
         stripes: &[usize],
         settings: Settings,
         my_name: u64,
     ) -> Result<Engine, EngineError> {
-        let mut driver = Driver::open(&list, index, same, stripes, &settings)?;
+        let mut driver =
+            Driver::open(net.as_ref().map(|(l, i)| (l, *i)), same, stripes, &settings)?;
         let stripe_nics: Vec<String> = driver
             .stripe_rails()
             .into_iter()
             .map(|(_, nic)| nic.to_string())
             .collect();
-        let nic = list
-            .iter()
-            .nth(index)
-            .map(|i| i.domain_name())
-            .unwrap_or_default();
-        drop(list);
+        let nic = net
+            .as_ref()
+            .and_then(|(l, i)| l.iter().nth(*i).map(|i| i.domain_name()))
+            .unwrap_or_else(|| "none".to_string());
+        drop(net);
         let profiles = driver.profiles();
         let stats = Arc::new(Stats::default());
         let cfg = CoreConfig {
@@ -140,20 +140,17 @@ impl Engine {
             pid: std::process::id(),
         }
         .encode();
-        let net = &profiles[0];
+        let net = profiles.iter().find(|p| p.kind == RailKind::Net);
         Ok(Engine {
-            provider: net.provider.clone(),
+            provider: net.map_or_else(|| "none".to_string(), |n| n.provider.clone()),
             nic,
             stripe_nics,
-            caps: driver.caps(RailId(0)),
-            rndv: if net.rndv_read {
-                "read"
-            } else if net.rndv_msg {
-                "msg"
-            } else if net.tagged {
-                "send"
-            } else {
-                "none"
+            caps: driver.net_caps(),
+            rndv: match net {
+                Some(n) if n.rndv_read => "read",
+                Some(n) if n.rndv_msg => "msg",
+                Some(n) if n.tagged => "send",
+                _ => "none",
             },
             shm_provider: profiles
                 .iter()
@@ -695,11 +692,21 @@ fn add_peer(st: &mut State, name: u64, modex: &[u8], local: bool) -> Result<usiz
     let shm = st.driver.rail_of_kind(RailKind::Shm);
     let (rail, remote) = match (local, shm, info.rail(RailKind::Shm)) {
         (true, Some(r), Some(a)) => (r, a),
-        _ => (
-            RailId(0),
-            info.rail(RailKind::Net)
-                .expect("decode checks the net entry"),
-        ),
+        _ => match (
+            st.driver.rail_of_kind(RailKind::Net),
+            info.rail(RailKind::Net),
+        ) {
+            (Some(r), Some(a)) => (r, a),
+            (None, _) => return Err(EngineError(NO_NET_RAIL.into())),
+            (Some(_), None) => {
+                return Err(EngineError(
+                    "the peer opened no network rail (its job runs on one host \
+                     with no provider named): name one with mtl_rustofi_provider_include \
+                     in both jobs"
+                        .into(),
+                ))
+            }
+        },
     };
     let addr = st.driver.insert_peer(rail, &remote.addr)?;
     let p = st
@@ -708,11 +715,17 @@ fn add_peer(st: &mut State, name: u64, modex: &[u8], local: bool) -> Result<usiz
     if local && info.pid != 0 {
         st.core.set_peer_pid(p, info.pid);
     }
-    if rail == RailId(0) {
+    if st.driver.rail_of_kind(RailKind::Net) == Some(rail) {
         add_stripes(st, p, &info)?;
     }
     Ok(p.handle())
 }
+
+/// Why a peer beyond this job's host cannot be reached.
+const NO_NET_RAIL: &str = "this process opened no network rail (every rank of its job \
+     runs on one host, served by the shared-memory rail, and no provider was named), so \
+     it cannot reach a process of another job or host: name a provider with \
+     mtl_rustofi_provider_include (e.g. tcp) to open one";
 
 /// Pairs a network peer's stripe endpoints with ours: the NICs both
 /// ranks have stripe endpoints on (neither side's own NIC), in name order,

@@ -93,7 +93,7 @@ fn provider_nics(list: &InfoList, provider: &str) -> Vec<NicEntry> {
 }
 
 /// Open MPI's local rank of this process (0 when not launched by mpirun).
-fn local_rank() -> usize {
+pub(crate) fn local_rank() -> usize {
     std::env::var("OMPI_COMM_WORLD_LOCAL_RANK")
         .ok()
         .and_then(|v| v.trim().parse().ok())

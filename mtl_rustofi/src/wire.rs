@@ -481,7 +481,10 @@ impl PeerInfo {
         if at != b.len() {
             return Err(bad("trailing bytes"));
         }
-        if rails.first().map(|r| r.kind) != Some(RailKind::Net) {
+        // The network endpoint comes first; a rank of a job on one host
+        // may have none, and then publishes only its own shm rail.
+        let local_only = rails.len() == 1 && rails[0].kind == RailKind::Local;
+        if rails.first().map(|r| r.kind) != Some(RailKind::Net) && !local_only {
             return Err(bad("the first endpoint is not the network endpoint"));
         }
         Ok(PeerInfo { rails, pid })
@@ -556,6 +559,24 @@ mod tests {
             pid: 1,
         };
         assert!(PeerInfo::decode(&shm_only.encode()).is_err());
+        // A rank without a network rail publishes its own shm rail alone.
+        let local = RailAddr {
+            kind: RailKind::Local,
+            max_eager: 4000,
+            addr: vec![1; 16],
+            nic: String::new(),
+        };
+        let local_only = PeerInfo {
+            rails: vec![local.clone()],
+            pid: 2,
+        };
+        assert_eq!(PeerInfo::decode(&local_only.encode()), Ok(local_only));
+        // ... but not beside another endpoint that is not the network's.
+        let two = PeerInfo {
+            rails: vec![local, p.rails[1].clone()],
+            pid: 2,
+        };
+        assert!(PeerInfo::decode(&two.encode()).is_err());
     }
 
     fn sample(kind: Kind) -> Header {

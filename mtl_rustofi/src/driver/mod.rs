@@ -103,21 +103,41 @@ pub(crate) struct Driver {
 const NO_LOCAL: u8 = u8::MAX;
 
 impl Driver {
-    /// Opens the network provider at `index` of `list`; as `same` says, a
-    /// rail for same-host peers beside it (our own, or libfabric's shm
-    /// provider: see [`SameHost`]); and a stripe rail on each of the
+    /// Opens the network provider at `index` of `list` (`net`); as `same`
+    /// says, a rail for same-host peers beside it (our own, or libfabric's
+    /// shm provider: see [`SameHost`]); and a stripe rail on each of the
     /// entries `stripes` (NICs besides the rank's own; one that cannot be
-    /// opened is reported and left out).
+    /// opened is reported and left out). Without `net` (a job on one host)
+    /// our own shared-memory rail is the only one, and libfabric is never
+    /// asked for anything.
     pub(crate) fn open(
-        list: &InfoList,
-        index: usize,
+        net: Option<(&InfoList, usize)>,
         same: SameHost,
         stripes: &[usize],
         settings: &Settings,
     ) -> Result<Driver, EngineError> {
-        let net = FabricRail::open(list, index, RailKind::Net, settings, settings.rndv)?;
-        let mut rails = vec![net];
-        let local = same.open_local(settings, &rails[0].profile.provider)?;
+        let mut rails = Vec::new();
+        if let Some((list, index)) = net {
+            rails.push(FabricRail::open(
+                list,
+                index,
+                RailKind::Net,
+                settings,
+                settings.rndv,
+            )?);
+        }
+        let net_name = rails
+            .first()
+            .map_or_else(|| "no rail".to_string(), |r| r.profile.provider.clone());
+        let local = same.open_local(settings, &net_name)?;
+        let Some((list, _)) = net else {
+            return match local {
+                Some(local) => Driver::assemble(rails, Some(local), settings),
+                None => Err(EngineError(
+                    "the shared-memory rail, the only rail of this job, cannot be opened".into(),
+                )),
+            };
+        };
         let (shm, shm_required) = match local {
             Some(_) => (None, false),
             None => (same.shm, same.shm_required),
@@ -141,7 +161,7 @@ impl Driver {
                 Err(e) => crate::log::error(&format!(
                     "the shm provider cannot be opened ({}); same-host peers use {} \
                      (set mtl_rustofi_shm = off to silence this)",
-                    e.0, rails[0].profile.provider
+                    e.0, net_name
                 )),
             }
         }
@@ -164,6 +184,16 @@ impl Driver {
             // not a full set of posted 64 KiB buffers.
             rails[0].profile.rx_count = rails[0].profile.rx_count.min(IDLE_RAIL_RX);
         }
+        Driver::assemble(rails, local, settings)
+    }
+
+    /// The driver over opened rails: their receive buffers made (and
+    /// registered where the provider needs it).
+    fn assemble(
+        rails: Vec<FabricRail>,
+        local: Option<ShmRail>,
+        _settings: &Settings,
+    ) -> Result<Driver, EngineError> {
         let mut rx = Vec::with_capacity(rails.len());
         for (r, rl) in rails.iter().enumerate() {
             let mut bufs = Vec::with_capacity(rl.profile.rx_count);
@@ -221,8 +251,9 @@ impl Driver {
         self.local.as_mut()
     }
 
-    pub(crate) fn caps(&self, rail: RailId) -> Caps {
-        self.rails[rail.index()].caps
+    /// The network rail's capabilities (none without a network rail).
+    pub(crate) fn net_caps(&self) -> Caps {
+        self.rails.first().map(|r| r.caps).unwrap_or_default()
     }
 
     pub(crate) fn rail_of_kind(&self, kind: RailKind) -> Option<RailId> {

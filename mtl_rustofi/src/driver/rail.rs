@@ -11,7 +11,7 @@ use crate::wire::{self, RailKind};
 use std::sync::Arc;
 
 /// Provider capabilities, as printed at verbose 2.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Caps {
     pub(crate) rma: bool,
     pub(crate) tagged: bool,

@@ -102,11 +102,6 @@ pub unsafe extern "C" fn rustofi_init(
         };
         crate::trace::install(settings.verbose);
         let _init = tracing::info_span!("init", rank = cfg.rank).entered();
-        // rxm's bounce buffers stay at their default size (16 KiB): eager
-        // packets above it travel as rxm segments (SAR) on the same
-        // connection. Enlarging them to a whole 64 KiB packet multiplied
-        // every rxm pool (0.36 GB per rank instead of 0.11 GB) and doubled
-        // MPI_Init over tcp; a user's FI_OFI_RXM_BUFFER_SIZE still applies.
         let mut settings = settings;
         settings.one_host = env_count("OMPI_COMM_WORLD_SIZE")
             .is_some_and(|n| env_count("OMPI_COMM_WORLD_LOCAL_SIZE") == Some(n));
@@ -131,6 +126,43 @@ pub unsafe extern "C" fn rustofi_init(
         // cost nothing on a rail no peer connects to.
         if shm_relieves_net && std::env::var_os("FI_OFI_RXM_USE_SRX").is_none() {
             set_env("FI_OFI_RXM_USE_SRX", "0");
+        }
+        tune_rxm_buffers(&settings);
+        let local_size = env_count("OMPI_COMM_WORLD_LOCAL_SIZE").unwrap_or(1) as usize;
+        let local_job = crate::driver::shm::LocalJob {
+            jobid: (cfg.my_name >> 32) as u32,
+            rank: crate::topo::local_rank(),
+            size: local_size,
+        };
+        if shm_only(&settings) {
+            let same = crate::driver::SameHost {
+                local: Some(local_job),
+                local_required: true,
+                shm: None,
+                shm_required: false,
+            };
+            match Engine::open(None, same, &[], settings.clone(), cfg.my_name) {
+                Ok(engine) => {
+                    if settings.verbose > 1 {
+                        crate::log::info(&format!(
+                            "rustofi: opened rank={} provider=none shm={}: every rank of the \
+                             job is on this host and no provider was named, so libfabric is \
+                             not initialised",
+                            cfg.rank,
+                            engine.shm_provider().unwrap_or("off"),
+                        ));
+                    }
+                    return install(engine, cfg, cb);
+                }
+                Err(e) => {
+                    if settings.verbose > 0 {
+                        crate::log::info(&format!(
+                            "rustofi: {}; opening a libfabric provider instead",
+                            e.0
+                        ));
+                    }
+                }
+            }
         }
         let mut query = Err(crate::fabric::FiError::new("fi_getinfo", -61));
         let mut asked = None;
@@ -208,13 +240,7 @@ pub unsafe extern "C" fn rustofi_init(
             None
         };
         // Our own shared-memory rail: the ranks of this job on this host.
-        let local_size = env_count("OMPI_COMM_WORLD_LOCAL_SIZE").unwrap_or(1) as usize;
-        let local =
-            config::local_wanted(shm_mode, local_size).then_some(crate::driver::shm::LocalJob {
-                jobid: (cfg.my_name >> 32) as u32,
-                rank: pick.local_rank,
-                size: local_size,
-            });
+        let local = config::local_wanted(shm_mode, local_size).then_some(local_job);
         let same = crate::driver::SameHost {
             local,
             local_required: shm_mode == config::ShmMode::On,
@@ -222,8 +248,14 @@ pub unsafe extern "C" fn rustofi_init(
             shm_required: shm_mode == config::ShmMode::Libfabric,
         };
         let stripe_entries: Vec<usize> = pick.stripes.iter().map(|s| s.1).collect();
-        let opened = Engine::open(list, index, same, &stripe_entries, settings, cfg.my_name);
-        let mut engine = match opened {
+        let opened = Engine::open(
+            Some((list, index)),
+            same,
+            &stripe_entries,
+            settings,
+            cfg.my_name,
+        );
+        let engine = match opened {
             Ok(e) => e,
             Err(e) => {
                 crate::log::problem(
@@ -268,35 +300,58 @@ pub unsafe extern "C" fn rustofi_init(
                 }
             ));
         }
-        let cache = engine.settings.mr_cache;
-        if cache > 0 && cfg.mem_hooks {
-            engine.enable_mr_cache(cache, RELEASES.get_or_init(Default::default).clone());
-        }
-        if verbose > 1 {
-            crate::log::info(&if cache == 0 {
-                "rustofi: registration cache off (mtl_rustofi_mr_cache_size 0)".to_string()
-            } else if cfg.mem_hooks {
-                format!("rustofi: registration cache on, {cache} unused registrations kept")
-            } else {
-                "rustofi: registration cache off: Open MPI's memory hooks do not report \
-                 munmap and free here, so a freed buffer could not be told apart; every \
-                 rendezvous registers its buffer"
-                    .to_string()
-            });
-        }
-        crate::pvars::publish(engine.stats().clone());
-        let comp = Box::new(Component {
-            engine,
-            cb,
-            rank: cfg.rank,
-        });
-        let old = COMPONENT.swap(Box::into_raw(comp), Ordering::AcqRel);
-        if !old.is_null() {
-            // SAFETY: a previous instance that was never finalised.
-            drop(unsafe { Box::from_raw(old) });
-        }
-        0
+        install(engine, cfg, cb)
     })
+}
+
+/// Makes the opened engine the component's: registration cache, MPI_T
+/// variables, and the instance the MTL calls reach.
+fn install(mut engine: Engine, cfg: &RustofiConfig, cb: RustofiCallbacks) -> c_int {
+    let verbose = engine.settings.verbose;
+    let cache = engine.settings.mr_cache;
+    if cache > 0 && cfg.mem_hooks {
+        engine.enable_mr_cache(cache, RELEASES.get_or_init(Default::default).clone());
+    }
+    if verbose > 1 {
+        crate::log::info(&if cache == 0 {
+            "rustofi: registration cache off (mtl_rustofi_mr_cache_size 0)".to_string()
+        } else if cfg.mem_hooks {
+            format!("rustofi: registration cache on, {cache} unused registrations kept")
+        } else {
+            "rustofi: registration cache off: Open MPI's memory hooks do not report \
+             munmap and free here, so a freed buffer could not be told apart; every \
+             rendezvous registers its buffer"
+                .to_string()
+        });
+    }
+    crate::pvars::publish(engine.stats().clone());
+    let comp = Box::new(Component {
+        engine,
+        cb,
+        rank: cfg.rank,
+    });
+    let old = COMPONENT.swap(Box::into_raw(comp), Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: a previous instance that was never finalised.
+        drop(unsafe { Box::from_raw(old) });
+    }
+    0
+}
+
+/// Whether the job needs no libfabric rail: the user named this component,
+/// every rank is on this host, our own shared-memory rail serves them (shm
+/// `auto` or `on`), and no provider, NIC or fault was asked for. Such a job
+/// skips libfabric's start-up (every provider's initialisation, the most
+/// of MPI_Init at 32 ranks on one host); naming a provider opens it, which
+/// processes of other jobs (MPI_Comm_spawn, connect/accept) need.
+fn shm_only(s: &config::Settings) -> bool {
+    s.explicit
+        && s.one_host
+        && matches!(s.shm, config::ShmMode::Auto | config::ShmMode::On)
+        && s.include.is_empty()
+        && s.exclude.is_empty()
+        && s.nic.is_empty()
+        && s.fault == config::Fault::None
 }
 
 /// A positive count from the environment (set by Open MPI's launcher).
@@ -308,6 +363,57 @@ fn env_count(var: &str) -> Option<u64> {
         .ok()
         .filter(|&n| n > 0)
 }
+
+/// rxm's bounce buffers: [`RXM_BUFFER_SIZE`] bytes, and its eager limit
+/// raised to the component's largest packet over tcp, unless the user set
+/// either. Read when libfabric initialises (before the first fi_getinfo).
+///
+/// rxm allocates its receive and transmit pools 1024 buffers at a time,
+/// each buffer of `FI_OFI_RXM_BUFFER_SIZE` bytes (16 KiB by default): 35 MB
+/// of an idle 53 MB tcp rank. Over tcp, rxm does not need them for data:
+/// tcp asks rxm where each message goes (dynamic receive buffers) and
+/// places it straight into the component's posted buffer, and rxm sends
+/// from the component's buffer (direct send). Its eager limit is what
+/// decides the protocol: a packet above it takes rxm's rendezvous (a
+/// round trip more), so it is set to the component's packet size (its
+/// eager limit plus header) and every packet stays eager. An idle tcp
+/// rank then holds 22 MB.
+///
+/// Over verbs rxm does copy through its buffers, and there the eager limit
+/// must equal the buffer size, so nothing is changed where rxm may run
+/// over verbs: a host with an RDMA device, unless the provider list names
+/// tcp alone.
+fn tune_rxm_buffers(settings: &config::Settings) {
+    if std::env::var_os("FI_OFI_RXM_BUFFER_SIZE").is_some()
+        || std::env::var_os("FI_OFI_RXM_EAGER_LIMIT").is_some()
+    {
+        return;
+    }
+    let tcp_only = !settings.include.is_empty()
+        && settings
+            .include
+            .iter()
+            .all(|p| config::name_matches("tcp", p));
+    let rdma_device =
+        std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
+    if rdma_device && !tcp_only {
+        return;
+    }
+    let eager = settings
+        .eager_limit
+        .unwrap_or_else(|| config::default_eager_limit("tcp;ofi_rxm"));
+    let packet = crate::wire::BASE_LEN + eager.max(crate::wire::EXT_LEN - crate::wire::BASE_LEN);
+    set_env("FI_OFI_RXM_BUFFER_SIZE", &RXM_BUFFER_SIZE.to_string());
+    set_env(
+        "FI_OFI_RXM_EAGER_LIMIT",
+        &packet.max(RXM_BUFFER_SIZE).to_string(),
+    );
+}
+
+/// Size of rxm's bounce buffers ([`tune_rxm_buffers`]): also rxm's inject
+/// limit, so the component's small packets (256-byte buffers) are still
+/// injected.
+const RXM_BUFFER_SIZE: usize = 1024;
 
 /// Sets an environment variable for libfabric's providers.
 fn set_env(var: &str, value: &str) {
