@@ -17,8 +17,11 @@
 #    component's message that names the remedy (no hang: mpirun ends under a
 #    timeout); with `mtl_rustofi_provider_include tcp` the spawn succeeds
 #    and the child receives 42 from its parent.
-# Environment: OMPI_PREFIX (Open MPI 5: see scripts/ompi-prefix.sh),
-# RUSTOFI_MCA_DIR, OMPI_COMPONENT_DIR.
+# Runs on Open MPI 4.1 (scripts/test). Open MPI 5.0's btl/ofi initialises
+# libfabric in every process itself (unless `--mca btl ^ofi`), and 5.0
+# adds peers on first use, so there a spawn without a network rail reports
+# the component's message at the first send instead of failing the spawn.
+# Environment: RUSTOFI_MCA_DIR, OMPI_COMPONENT_DIR.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=../scripts/ompi-prefix.sh
