@@ -132,7 +132,7 @@ impl Driver {
         let local = same.open_local(settings, &net_name)?;
         let Some((list, _)) = net else {
             return match local {
-                Some(local) => Driver::assemble(rails, Some(local), settings),
+                Some(local) => Driver::assemble(rails, Some(local)),
                 None => Err(EngineError(
                     "the shared-memory rail, the only rail of this job, cannot be opened".into(),
                 )),
@@ -184,16 +184,12 @@ impl Driver {
             // not a full set of posted 64 KiB buffers.
             rails[0].profile.rx_count = rails[0].profile.rx_count.min(IDLE_RAIL_RX);
         }
-        Driver::assemble(rails, local, settings)
+        Driver::assemble(rails, local)
     }
 
     /// The driver over opened rails: their receive buffers made (and
     /// registered where the provider needs it).
-    fn assemble(
-        rails: Vec<FabricRail>,
-        local: Option<ShmRail>,
-        _settings: &Settings,
-    ) -> Result<Driver, EngineError> {
+    fn assemble(rails: Vec<FabricRail>, local: Option<ShmRail>) -> Result<Driver, EngineError> {
         let mut rx = Vec::with_capacity(rails.len());
         for (r, rl) in rails.iter().enumerate() {
             let mut bufs = Vec::with_capacity(rl.profile.rx_count);

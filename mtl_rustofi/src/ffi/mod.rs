@@ -5,6 +5,7 @@
 //! shim maps it to an Open MPI error code; the message has already been
 //! printed).
 
+mod fi_env;
 mod init;
 mod layout;
 mod ops;
