@@ -5,29 +5,44 @@
 use crate::config;
 use std::ffi::CString;
 
-/// rxm's bounce buffers: [`RXM_BUFFER_SIZE`] bytes, and its eager limit
-/// raised to the component's largest packet over tcp, unless the user set
-/// either. Read when libfabric initialises (before the first fi_getinfo).
+/// rxm over tcp sized for how the component uses it, unless the user set
+/// any of these (read when libfabric initialises, before the first
+/// fi_getinfo):
 ///
-/// rxm allocates its receive and transmit pools 1024 buffers at a time,
-/// each buffer of `FI_OFI_RXM_BUFFER_SIZE` bytes (16 KiB by default): 35 MB
-/// of an idle 53 MB tcp rank. Over tcp, rxm does not need them for data:
-/// tcp asks rxm where each message goes (dynamic receive buffers) and
-/// places it straight into the component's posted buffer, and rxm sends
-/// from the component's buffer (direct send). Its eager limit is what
-/// decides the protocol: a packet above it takes rxm's rendezvous (a
-/// round trip more), so it is set to the component's packet size (its
-/// eager limit plus header) and every packet stays eager. An idle tcp
-/// rank then holds 22 MB.
+/// - `FI_OFI_RXM_BUFFER_SIZE` [`RXM_BUFFER_SIZE`] and
+///   `FI_OFI_RXM_EAGER_LIMIT` the component's packet size. rxm allocates
+///   its receive and transmit pools 1024 buffers at a time (16 KiB each by
+///   default: 35 MB of an idle 53 MB tcp rank), but over tcp it needs them
+///   only for its own control messages: tcp asks rxm where each message
+///   goes (dynamic receive buffers) and places it straight into the
+///   component's posted buffer, and rxm sends from the component's buffer
+///   (direct send). Its eager limit decides the protocol: a packet above it
+///   takes rxm's rendezvous (a round trip more), so it is the component's
+///   packet size (eager limit plus header) and every packet stays eager.
+/// - `FI_OFI_RXM_MSG_TX_SIZE` [`RXM_MSG_TX_SIZE`]: the transmit queue of
+///   each tcp connection (128 by default). Its entries become resident as
+///   a burst uses them, about 100 KB each: a receiver under a flood of
+///   small messages (which answers with flow-control credits) grew by
+///   13 MB at 128 and 3 MB at 16.
+/// - `FI_OFI_RXM_RX_SIZE` and `FI_OFI_RXM_TX_SIZE` [`RXM_QUEUE`] (2048 by
+///   default): rxm's receive and transmit queues, whose entries are
+///   touched as they are used; the component posts `rx_buffers` (256)
+///   receives and keeps its own transmit queue beyond the provider's
+///   depth.
 ///
 /// Over verbs rxm does copy through its buffers, and there the eager limit
 /// must equal the buffer size, so nothing is changed where rxm may run
 /// over verbs: a host with an RDMA device, unless the provider list names
 /// tcp alone.
-pub(super) fn tune_rxm_buffers(settings: &config::Settings) {
-    if std::env::var_os("FI_OFI_RXM_BUFFER_SIZE").is_some()
-        || std::env::var_os("FI_OFI_RXM_EAGER_LIMIT").is_some()
-    {
+pub(super) fn tune_rxm(settings: &config::Settings) {
+    const VARS: [&str; 5] = [
+        "FI_OFI_RXM_BUFFER_SIZE",
+        "FI_OFI_RXM_EAGER_LIMIT",
+        "FI_OFI_RXM_MSG_TX_SIZE",
+        "FI_OFI_RXM_RX_SIZE",
+        "FI_OFI_RXM_TX_SIZE",
+    ];
+    if VARS.iter().any(|v| std::env::var_os(v).is_some()) {
         return;
     }
     let tcp_only = !settings.include.is_empty()
@@ -49,12 +64,48 @@ pub(super) fn tune_rxm_buffers(settings: &config::Settings) {
         "FI_OFI_RXM_EAGER_LIMIT",
         &packet.max(RXM_BUFFER_SIZE).to_string(),
     );
+    set_env("FI_OFI_RXM_MSG_TX_SIZE", &RXM_MSG_TX_SIZE.to_string());
+    let queue = RXM_QUEUE.max(settings.rx_buffers).to_string();
+    set_env("FI_OFI_RXM_RX_SIZE", &queue);
+    set_env("FI_OFI_RXM_TX_SIZE", &queue);
 }
 
-/// Size of rxm's bounce buffers ([`tune_rxm_buffers`]): also rxm's inject
-/// limit, so the component's small packets (256-byte buffers) are still
-/// injected.
-const RXM_BUFFER_SIZE: usize = 1024;
+/// Size of rxm's bounce buffers ([`tune_rxm`]): room for its control
+/// messages (a rendezvous request with four iovs is about 150 bytes).
+const RXM_BUFFER_SIZE: usize = 256;
+
+/// Transmit queue of each tcp connection under rxm ([`tune_rxm`]).
+const RXM_MSG_TX_SIZE: usize = 16;
+
+/// rxm's receive and transmit queue depth ([`tune_rxm`]); at least the
+/// component's receive buffers.
+const RXM_QUEUE: usize = 256;
+
+/// rxm's receive buffers under tcp's connections, unless the user set them.
+pub(super) fn tune_rxm_receive(settings: &config::Settings) {
+    // rxm posts FI_OFI_RXM_MSG_RX_SIZE bounce buffers into tcp's shared
+    // receive context when its endpoint opens: 4096 by default, 64 MiB
+    // of touched memory per rank, most of a rank's footprint. The
+    // component posts its own receive buffers above rxm, so rxm keeps
+    // as many as the component does, and only a handful on a rail that
+    // the shm rail relieves of every peer. Read when libfabric
+    // initialises (before the first fi_getinfo); a user's setting wins.
+    let shm_relieves_net = settings.one_host && settings.shm != config::ShmMode::Off;
+    let msg_rx = if shm_relieves_net {
+        crate::driver::IDLE_RAIL_RX
+    } else {
+        settings.rx_buffers
+    };
+    if std::env::var_os("FI_OFI_RXM_MSG_RX_SIZE").is_none() {
+        set_env("FI_OFI_RXM_MSG_RX_SIZE", &msg_rx.max(16).to_string());
+    }
+    // With a shared receive context rxm also allocates its pools when
+    // the endpoint opens (17 MB more); per-connection receive buffers
+    // cost nothing on a rail no peer connects to.
+    if shm_relieves_net && std::env::var_os("FI_OFI_RXM_USE_SRX").is_none() {
+        set_env("FI_OFI_RXM_USE_SRX", "0");
+    }
+}
 
 /// Sets an environment variable for libfabric's providers.
 pub(super) fn set_env(var: &str, value: &str) {

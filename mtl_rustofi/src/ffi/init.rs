@@ -105,29 +105,8 @@ pub unsafe extern "C" fn rustofi_init(
         let mut settings = settings;
         settings.one_host = env_count("OMPI_COMM_WORLD_SIZE")
             .is_some_and(|n| env_count("OMPI_COMM_WORLD_LOCAL_SIZE") == Some(n));
-        // rxm posts FI_OFI_RXM_MSG_RX_SIZE bounce buffers into tcp's shared
-        // receive context when its endpoint opens: 4096 by default, 64 MiB
-        // of touched memory per rank, most of a rank's footprint. The
-        // component posts its own receive buffers above rxm, so rxm keeps
-        // as many as the component does, and only a handful on a rail that
-        // the shm rail relieves of every peer. Read when libfabric
-        // initialises (before the first fi_getinfo); a user's setting wins.
-        let shm_relieves_net = settings.one_host && settings.shm != config::ShmMode::Off;
-        let msg_rx = if shm_relieves_net {
-            crate::driver::IDLE_RAIL_RX
-        } else {
-            settings.rx_buffers
-        };
-        if std::env::var_os("FI_OFI_RXM_MSG_RX_SIZE").is_none() {
-            fi_env::set_env("FI_OFI_RXM_MSG_RX_SIZE", &msg_rx.max(16).to_string());
-        }
-        // With a shared receive context rxm also allocates its pools when
-        // the endpoint opens (17 MB more); per-connection receive buffers
-        // cost nothing on a rail no peer connects to.
-        if shm_relieves_net && std::env::var_os("FI_OFI_RXM_USE_SRX").is_none() {
-            fi_env::set_env("FI_OFI_RXM_USE_SRX", "0");
-        }
-        fi_env::tune_rxm_buffers(&settings);
+        fi_env::tune_rxm_receive(&settings);
+        fi_env::tune_rxm(&settings);
         let local_size = env_count("OMPI_COMM_WORLD_LOCAL_SIZE").unwrap_or(1) as usize;
         let local_job = crate::driver::shm::LocalJob {
             jobid: (cfg.my_name >> 32) as u32,
