@@ -48,7 +48,7 @@ for c in rustofi ofi ob1-tcp; do
     fail "$out/medians.csv has no lat row for $c (see $out/missing.txt and $out/logs/)"
 done
 grep -q '^## lat' "$out/report.md" || fail "$out/report.md has no '## lat' section"
-sed -n '/^## lat/,/^## /p' "$out/report.md" | grep -q '^| size | rustofi | ofi | ob1-tcp' ||
+grep -q '^| size | rustofi | ofi | ob1-tcp' <<<"$(sed -n '/^## lat/,/^## /p' "$out/report.md")" ||
   fail "$out/report.md: the lat section has no table"
 
 pngs=0
