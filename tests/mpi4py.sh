@@ -203,7 +203,7 @@ show_problem() { # ranks_dir np mpirun_log
         if grep -q '^\(ERROR\|FAIL\): ' "$f"; then
             echo "    --- rank $r: failed tests ($f)"
             awk '/^={50,}$/ { show = 1 } /^Ran [0-9]+ tests?/ { show = 0 }
-                 show' "$f" | head -n 60 | sed 's/^/    | /'
+                 show' "$f" | sed -n '1,60s/^/    | /p'
         else
             echo "    --- rank $r: last lines of $f"
             grep -v '^\[[^]]*\] \[ *[0-9]*\]' "$f" | tail -n 12 | sed 's/^/    | /'

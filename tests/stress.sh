@@ -162,7 +162,7 @@ report_fail() { # label log reason  (uses the caller's $ctx)
     if [[ -s $2 ]]; then
         echo "    --- $2"
         { grep -E 'FAIL:|rank [0-9]+: no completion|^  rank|^    (send|recv|pending)' "$2" ||
-            tail -n 25 "$2"; } | head -n 60 | sed 's/^/    | /'
+            tail -n 25 "$2"; } | sed -n '1,60s/^/    | /p'
         local -a errs
         mapfile -t errs < <(rank_files "$2" stderr)
         { counter_lines "${errs[@]}" || true; } | sed 's/^/    | /'

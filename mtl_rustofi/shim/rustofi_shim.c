@@ -283,13 +283,13 @@ static int rustofi_component_register(void)
                OPAL_INFO_LVL_3, &param_nic);
     reg_long("eager_limit",
              "Largest message sent eagerly; larger ones use the rendezvous protocol. -1 "
-             "(default) picks it per provider: 65536 for tcp (rxm carries packets above its "
-             "16 KiB bounce buffers as segments), 4048 for shm (its inject size less our "
-             "header), 8192 for the others",
+             "(default) picks it per provider: 65536 for tcp (rxm's eager limit is raised to "
+             "match), 4048 for shm (its inject size less our header), 8192 for the others",
              OPAL_INFO_LVL_3, &param_eager_limit);
     reg_long("verbose",
-             "Verbosity: 1 prints one line of traffic counters per rank at finalize, 2 also the "
-             "chosen provider and capabilities at startup",
+             "Verbosity: 1 prints one line of traffic counters per rank at finalize and a "
+             "report of what waits when nothing has moved for 10 s, 2 also the chosen "
+             "provider and capabilities at startup",
              OPAL_INFO_LVL_1, &param_verbose);
     reg_long("rndv_chunk_size",
              "Largest single libfabric transfer of a rendezvous (also capped by the provider's "

@@ -130,8 +130,8 @@ pub(crate) const EAGER_AUTO: i64 = -1;
 /// Eager limit for a provider when the user left it at auto:
 /// - tcp;ofi_rxm: 64 KiB (the tcp btl's eager limit too). Over tcp a
 ///   rendezvous costs two more trips through the kernel, more than copying
-///   64 KiB; rxm carries packets above its 16 KiB bounce buffers as
-///   segments on the same connection, without a handshake.
+///   64 KiB; rxm's eager limit is raised to match (`ffi/fi_env.rs`), so
+///   tcp places every packet straight into a posted buffer.
 /// - shm: 4 KiB less our header: shm's inject size. Larger messages go by
 ///   rendezvous, which shm serves with a single-copy read (CMA).
 /// - everything else (efa, udp;ofi_rxd, sockets, verbs): 8 KiB, within

@@ -59,8 +59,6 @@ struct Clock {
     start: Instant,
     rounds: u32,
     on: bool,
-    /// Something arrived or completed since the last clock round.
-    moved: bool,
     /// Report a stall ([`Core::tick_stall`]): verbose 1 and up.
     stall_reports: bool,
 }
@@ -164,7 +162,6 @@ impl Engine {
                     start: Instant::now(),
                     rounds: 0,
                     on: settings.peer_timeout.is_some() || settings.verbose > 0,
-                    moved: false,
                     stall_reports: settings.verbose > 0,
                 },
             }),
@@ -536,12 +533,10 @@ fn progress(st: &mut State) -> usize {
     // After the poll: what arrived counts before peers are judged.
     if st.clock.on {
         st.clock.rounds = st.clock.rounds.wrapping_add(1);
-        st.clock.moved |= n > 0;
         if st.clock.rounds.is_multiple_of(CLOCK_EVERY) {
             let now = st.clock.start.elapsed();
             if st.clock.stall_reports {
-                let moved = std::mem::take(&mut st.clock.moved);
-                if let Some(report) = st.core.tick_stall(now, moved) {
+                if let Some(report) = st.core.tick_stall(now) {
                     crate::log::line(&format!("{} mtl_rustofi: {report}", crate::log::prefix()));
                 }
             }

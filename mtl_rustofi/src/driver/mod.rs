@@ -116,28 +116,25 @@ impl Driver {
         stripes: &[usize],
         settings: &Settings,
     ) -> Result<Driver, EngineError> {
-        let mut rails = Vec::new();
-        if let Some((list, index)) = net {
-            rails.push(FabricRail::open(
-                list,
-                index,
-                RailKind::Net,
-                settings,
-                settings.rndv,
-            )?);
-        }
-        let net_name = rails
-            .first()
-            .map_or_else(|| "no rail".to_string(), |r| r.profile.provider.clone());
-        let local = same.open_local(settings, &net_name)?;
-        let Some((list, _)) = net else {
-            return match local {
-                Some(local) => Driver::assemble(rails, Some(local)),
-                None => Err(EngineError(
-                    "the shared-memory rail, the only rail of this job, cannot be opened".into(),
-                )),
-            };
+        let Some((list, index)) = net else {
+            // A job on one host with no provider named: our own rail alone.
+            let job = same.local.ok_or_else(|| {
+                EngineError("no rail to open: no network provider and no shared memory".into())
+            })?;
+            let local = ShmRail::open(job, settings).map_err(|e| {
+                EngineError(format!("the shared-memory rail cannot be opened: {e}"))
+            })?;
+            return Driver::assemble(Vec::new(), Some(local));
         };
+        let mut rails = vec![FabricRail::open(
+            list,
+            index,
+            RailKind::Net,
+            settings,
+            settings.rndv,
+        )?];
+        let net_name = rails[0].profile.provider.clone();
+        let local = same.open_local(settings, &net_name)?;
         let (shm, shm_required) = match local {
             Some(_) => (None, false),
             None => (same.shm, same.shm_required),
@@ -165,6 +162,14 @@ impl Driver {
                 )),
             }
         }
+        // Stripe rails carry the read rendezvous only; a network rail that
+        // does not read (rndv_protocol, or udp's emulated reads) has no use
+        // for them.
+        let stripes = if rails[0].profile.rndv_read {
+            stripes
+        } else {
+            &[]
+        };
         for &i in stripes {
             // Stripe rails read with RMA like the network rail; a NIC
             // without FI_RMA cannot carry stripes.

@@ -120,6 +120,8 @@ pub unsafe extern "C" fn rustofi_init(
                 shm: None,
                 shm_required: false,
             };
+            // (`local_required` has no say here: with no network rail the
+            // driver opens this rail or fails.)
             match Engine::open(None, same, &[], settings.clone(), cfg.my_name) {
                 Ok(engine) => {
                     if settings.verbose > 1 {
@@ -134,12 +136,19 @@ pub unsafe extern "C" fn rustofi_init(
                     return install(engine, cfg, cb);
                 }
                 Err(e) => {
-                    if settings.verbose > 0 {
-                        crate::log::info(&format!(
-                            "rustofi: {}; opening a libfabric provider instead",
+                    // Every rank must make the same choice (a rank that
+                    // opened a network rail could not reach one that did
+                    // not), so a rank that cannot open the rail declines.
+                    crate::log::problem(
+                        Topic::OpenFailed,
+                        &format!(
+                            "{}; every rank of this job is on this host and no provider was \
+                             named, so that rail is the only one (name a provider with \
+                             mtl_rustofi_provider_include to use it instead)",
                             e.0
-                        ));
-                    }
+                        ),
+                    );
+                    return 1;
                 }
             }
         }

@@ -174,6 +174,12 @@ impl Core {
             self.error("dropped an empty packet");
             return;
         }
+        // Probes travel alone; anything else is movement for the stall
+        // watch.
+        if !matches!(pkt.get(1).copied(), Some(k) if k == Kind::Ping as u8 || k == Kind::Pong as u8)
+        {
+            self.stall.moved = true;
+        }
         let mut off = 0;
         while off < pkt.len() {
             match Header::decode_prefix(&pkt[off..]) {

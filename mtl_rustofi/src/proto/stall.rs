@@ -1,10 +1,12 @@
 //! What the core holds when nothing has moved for a while: a report for
 //! the user (and whoever debugs a hang) instead of silence.
 //!
-//! The engine tells the core, every clock round, whether anything arrived
-//! or completed since the last round; when the core has had work
-//! outstanding and nothing moved for [`STALL_AFTER`], one report goes out,
-//! and one more each time the stall doubles in length. Nothing is failed
+//! The core notes when a message other than a liveness probe arrives and
+//! when an operation other than a probe completes (`moved`); the engine's
+//! clock asks, every round, whether a report is due. When the core has had
+//! work outstanding and nothing moved for [`STALL_AFTER`], one report goes
+//! out, and one more each time the stall doubles in length. Probes do not
+//! count: two stalled ranks keep probing each other. Nothing is failed
 //! here: a peer busy outside MPI is not a stall of ours, and peers that are
 //! really gone are the business of [`super::liveness`].
 
@@ -16,20 +18,30 @@ use std::time::Duration;
 /// before the first report.
 pub(crate) const STALL_AFTER: Duration = Duration::from_secs(10);
 
+/// A gap between clock rounds longer than this means the process was away
+/// from MPI (computing); what it waits for could not move meanwhile.
+const AWAY: Duration = Duration::from_secs(2);
+
 /// The stall watch's state.
 #[derive(Default)]
 pub(super) struct StallWatch {
+    /// A message or completion other than a probe since the last round.
+    pub(super) moved: bool,
     /// When something last moved (or the core last had nothing to do).
     last_moved: Duration,
+    /// The last clock round.
+    last_round: Duration,
     /// When the next report is due, once stalled (zero: none made yet).
     next_report: Duration,
 }
 
 impl Core {
-    /// One clock round of the stall watch. `moved`: something arrived or
-    /// completed since the last round. Returns the report when one is due.
-    pub(crate) fn tick_stall(&mut self, now: Duration, moved: bool) -> Option<String> {
-        if moved || !self.busy_for_stall() {
+    /// One clock round of the stall watch; the report when one is due.
+    pub(crate) fn tick_stall(&mut self, now: Duration) -> Option<String> {
+        let away = now.saturating_sub(self.stall.last_round) > AWAY;
+        self.stall.last_round = now;
+        let moved = std::mem::take(&mut self.stall.moved);
+        if moved || away || !self.busy_for_stall() {
             let w = &mut self.stall;
             w.last_moved = now;
             w.next_report = Duration::ZERO;
@@ -130,12 +142,20 @@ mod tests {
 
     const S: fn(u64) -> Duration = Duration::from_secs;
 
+    /// Clock rounds every second up to `to` (exclusive), nothing moving.
+    fn rounds(c: &mut Core, from: u64, to: u64) -> Option<String> {
+        let mut last = None;
+        for t in from..to {
+            last = c.tick_stall(S(t));
+            assert_eq!(last, None, "no report before {to} s (at {t} s)");
+        }
+        last
+    }
+
     #[test]
     fn an_idle_core_never_reports() {
         let (mut c, _) = core();
-        for t in 0..100 {
-            assert_eq!(c.tick_stall(S(t), false), None);
-        }
+        rounds(&mut c, 0, 100);
     }
 
     #[test]
@@ -156,9 +176,10 @@ mod tests {
             req: ReqId(1),
         };
         c.send(args, &mut out).unwrap();
-        assert_eq!(c.tick_stall(S(0), true), None, "the send just went out");
-        assert_eq!(c.tick_stall(S(9), false), None, "under the threshold");
-        let r = c.tick_stall(S(10), false).expect("a report at 10 s");
+        c.stall.moved = true;
+        assert_eq!(c.tick_stall(S(0)), None, "the send just went out");
+        rounds(&mut c, 1, 10);
+        let r = c.tick_stall(S(10)).expect("a report at 10 s");
         assert!(r.contains("for 10 s"), "{r}");
         assert!(r.contains("1 operations"), "{r}");
         assert!(r.contains("1 synchronous sends"), "{r}");
@@ -167,14 +188,19 @@ mod tests {
             "{r}"
         );
         // The next report when the stall has doubled, then quadrupled.
-        assert_eq!(c.tick_stall(S(19), false), None);
-        assert!(c.tick_stall(S(20), false).unwrap().contains("for 20 s"));
-        assert_eq!(c.tick_stall(S(39), false), None);
-        assert!(c.tick_stall(S(40), false).is_some());
+        rounds(&mut c, 11, 20);
+        assert!(c.tick_stall(S(20)).unwrap().contains("for 20 s"));
+        rounds(&mut c, 21, 40);
+        assert!(c.tick_stall(S(40)).is_some());
         // Movement ends the stall; the clock starts again.
-        assert_eq!(c.tick_stall(S(41), true), None);
-        assert_eq!(c.tick_stall(S(50), false), None);
-        assert!(c.tick_stall(S(51), false).unwrap().contains("for 10 s"));
+        c.stall.moved = true;
+        assert_eq!(c.tick_stall(S(41)), None);
+        rounds(&mut c, 42, 51);
+        assert!(c.tick_stall(S(51)).unwrap().contains("for 10 s"));
+        // Time away from MPI (no clock rounds) is not a stall of ours.
+        assert_eq!(c.tick_stall(S(200)), None);
+        rounds(&mut c, 201, 210);
+        assert!(c.tick_stall(S(210)).unwrap().contains("for 10 s"));
         drop(c);
     }
 }

@@ -463,6 +463,8 @@ impl Core {
                 let then = p.then;
                 if then == AfterSend::Ping {
                     self.ping_done(p.peer);
+                } else if p.buf.mem[1] != crate::wire::Kind::Pong as u8 {
+                    self.stall.moved = true;
                 }
                 if let AfterSend::Complete(req) = then {
                     out.events.push(Event::Send {
@@ -478,7 +480,10 @@ impl Core {
                     self.data_sent(cookie, false, out);
                 }
             }
-            Op::Chunk(c) => self.chunk_done(c.owner, false, out),
+            Op::Chunk(c) => {
+                self.stall.moved = true;
+                self.chunk_done(c.owner, false, out)
+            }
         }
     }
 
