@@ -1199,6 +1199,14 @@ static int rustofi_send(struct mca_mtl_base_module_t *mtl, struct ompi_communica
     while (!b.done) {
         opal_progress();
     }
+    /* A copied eager send is complete once copied; its packet may still
+     * wait in the component's queue (e.g. while rxm connects to a new
+     * peer). A blocking send returns once the provider has it, so that a
+     * caller waiting outside MPI progress next (MPI_Comm_disconnect's
+     * fence in Open MPI 4.1) does not leave it behind. */
+    while (rustofi_tx_queued() == 1) {
+        opal_progress();
+    }
     return b.error;
 }
 

@@ -44,6 +44,24 @@ pub extern "C" fn rustofi_progress() -> c_int {
     with_engine("rustofi_progress", |e, out| e.progress(out) as c_int)
 }
 
+/// 1 while operations wait in the component's own queues for the provider
+/// to take them (credits exhausted, or the provider answered EAGAIN, as
+/// rxm does while it connects to a new peer), else 0. A blocking send
+/// returns only once this is 0: a copied eager send is complete for MPI at
+/// once, and a caller that then waits outside MPI progress (Open MPI 4.1's
+/// `MPI_Comm_disconnect` waits in a PMIx fence) would leave it queued.
+#[no_mangle]
+pub extern "C" fn rustofi_tx_queued() -> c_int {
+    // Two loads, nothing that can panic: no unwind guard needed on this
+    // per-send path. 0 before initialisation.
+    component().map_or(0, |c| {
+        c.engine
+            .stats()
+            .tx_queued
+            .load(std::sync::atomic::Ordering::Relaxed) as c_int
+    })
+}
+
 fn report(r: Result<(), crate::engine::EngineError>) -> c_int {
     match r {
         Ok(()) => 0,

@@ -151,6 +151,11 @@ pub(crate) struct Stats {
     /// Bytes read through stripe rails (not the primary one), counted
     /// as the reads complete; the network rail's counts leave them out.
     pub(crate) stripe_bytes: AtomicU64,
+    /// Operations wait in a rail's queue for the provider (a blocking send
+    /// waits until they have gone: see `rustofi_tx_queued`). Receive posts
+    /// waiting to be retried do not count: one that keeps failing must not
+    /// hold up every blocking send.
+    pub(crate) tx_queued: std::sync::atomic::AtomicBool,
 }
 
 /// A level and its high-water mark. Only the progress-token holder changes

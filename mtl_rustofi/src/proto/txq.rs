@@ -11,6 +11,7 @@ use super::action::{Access, Action, Event, Out, PostError, Posted, Status};
 use super::ids::{Cookie, MrId, OpId, PeerId, RailId, ReqId, RndvId, RxSlot};
 use super::Core;
 use crate::usermem::{Region, UserBuf};
+use std::sync::atomic::Ordering::Relaxed;
 
 /// Resends of a packet that failed (a reliable provider re-establishes a
 /// broken connection) before its peer is given up.
@@ -381,6 +382,7 @@ impl Core {
             left |= !self.rails[rail].retry.is_empty();
         }
         self.queued = left;
+        self.stats.tx_queued.store(left, Relaxed);
     }
 
     /// The driver could not post an operation or a receive buffer.
@@ -702,6 +704,7 @@ impl Core {
         );
         self.rails[rail.index()].retry.push_back(id);
         self.queued = true;
+        self.stats.tx_queued.store(true, Relaxed);
     }
 
     /// Puts a receive buffer in its rail's queue of buffers to repost.
