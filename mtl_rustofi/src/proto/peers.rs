@@ -149,6 +149,7 @@ impl Core {
         }
         self.rndv_fail_peer(peer, out);
         self.fail_posted_of(peer, out);
+        self.drop_queued_packets_of(peer, out);
         self.note_lost(peer);
     }
 

@@ -203,4 +203,54 @@ mod tests {
         assert!(c.tick_stall(S(210)).unwrap().contains("for 10 s"));
         drop(c);
     }
+
+    /// A packet the provider refused (EAGAIN, as rxm does while a broken
+    /// connection stays down) waits in the queue; when its peer is given
+    /// up it is failed and the queue empties, so a blocking send waiting
+    /// for the queue (`rustofi_tx_queued`) returns.
+    #[test]
+    fn a_lost_peers_refused_packet_leaves_the_queue() {
+        use crate::proto::{Action, PostError, Posted};
+        crate::log::QUIET.with(|q| q.set(true));
+        use std::sync::atomic::Ordering::Relaxed;
+        let (mut c, peer) = core();
+        let mut data = [5u8; 100];
+        let mut out = Out::new();
+        // SAFETY: `data` outlives the core's use of it.
+        let buf = unsafe { UserBuf::new(data.as_mut_ptr(), data.len()) };
+        let args = SendArgs {
+            peer,
+            ctx: 0,
+            src: 0,
+            tag: 3,
+            buf,
+            sync: false,
+            req: ReqId(1),
+        };
+        c.send(args, &mut out).unwrap();
+        let op = out
+            .actions
+            .iter()
+            .find_map(|a| match a {
+                Action::Send { op, .. } => Some(*op),
+                _ => None,
+            })
+            .expect("the packet went to the driver");
+        out.actions.clear();
+        c.on_post_failed(Posted::Op(op), PostError::Again, &mut out);
+        assert!(c.stats().tx_queued.load(Relaxed), "refused: queued");
+        assert_eq!(c.leftovers().retry, 1);
+        c.peer_gone(peer, "test", &mut out);
+        assert!(
+            !c.stats().tx_queued.load(Relaxed),
+            "nothing queued any more"
+        );
+        let left = c.leftovers();
+        assert_eq!(
+            (left.retry, left.ops, left.tx_buffers_out),
+            (0, 0, 0),
+            "{left:?}"
+        );
+        drop(c);
+    }
 }
