@@ -152,6 +152,25 @@ mod tests {
         last
     }
 
+    /// Sends `data` to `peer` (request 1); the core's output.
+    fn send_one(c: &mut Core, peer: PeerId, data: &mut [u8], sync: bool) -> Out {
+        let mut out = Out::new();
+        // SAFETY: every caller keeps `data` alive until the core is
+        // dropped (the send is never completed by a provider here).
+        let buf = unsafe { UserBuf::new(data.as_mut_ptr(), data.len()) };
+        let args = SendArgs {
+            peer,
+            ctx: 0,
+            src: 0,
+            tag: 3,
+            buf,
+            sync,
+            req: ReqId(1),
+        };
+        c.send(args, &mut out).unwrap();
+        out
+    }
+
     #[test]
     fn an_idle_core_never_reports() {
         let (mut c, _) = core();
@@ -162,20 +181,7 @@ mod tests {
     fn a_send_the_provider_never_completes_is_reported_then_backs_off() {
         let (mut c, peer) = core();
         let mut data = [5u8; 100];
-        let mut out = Out::new();
-        // SAFETY: `data` outlives the core's use of it (the send is never
-        // completed and the core is dropped first).
-        let buf = unsafe { UserBuf::new(data.as_mut_ptr(), data.len()) };
-        let args = SendArgs {
-            peer,
-            ctx: 0,
-            src: 0,
-            tag: 3,
-            buf,
-            sync: true,
-            req: ReqId(1),
-        };
-        c.send(args, &mut out).unwrap();
+        send_one(&mut c, peer, &mut data, true);
         c.stall.moved = true;
         assert_eq!(c.tick_stall(S(0)), None, "the send just went out");
         rounds(&mut c, 1, 10);
@@ -215,19 +221,7 @@ mod tests {
         use std::sync::atomic::Ordering::Relaxed;
         let (mut c, peer) = core();
         let mut data = [5u8; 100];
-        let mut out = Out::new();
-        // SAFETY: `data` outlives the core's use of it.
-        let buf = unsafe { UserBuf::new(data.as_mut_ptr(), data.len()) };
-        let args = SendArgs {
-            peer,
-            ctx: 0,
-            src: 0,
-            tag: 3,
-            buf,
-            sync: false,
-            req: ReqId(1),
-        };
-        c.send(args, &mut out).unwrap();
+        let mut out = send_one(&mut c, peer, &mut data, false);
         let op = out
             .actions
             .iter()
