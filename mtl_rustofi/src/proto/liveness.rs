@@ -33,11 +33,13 @@
 //! ([`Core::tick_liveness`]), so the simulator runs this on its own clock.
 
 use super::action::{Action, Event, Out, Status};
-use super::ids::{Cookie, PeerId, RndvId};
+use super::ids::{Cookie, OpId, PeerId, RndvId};
+use super::txq::Op;
 use super::Core;
 use crate::matching::{PostId, Selector, Source, Tag};
 use crate::wire::Kind;
 use hashbrown::HashSet;
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Fewest receives kept per peer before the list is pruned of matched
@@ -452,4 +454,33 @@ fn source_tag(sel: &Selector) -> (i32, i32) {
         _ => crate::matching::ANY,
     };
     (src, tag)
+}
+
+impl Core {
+    /// Fails the packets to a lost peer that still wait in a rail's queue:
+    /// a provider may refuse them (EAGAIN) for as long as the connection
+    /// stays broken, and a blocking send waits until the queues are empty
+    /// (`rustofi_tx_queued`). Rendezvous chunks are left to the rendezvous
+    /// abort, which drops queued ones itself.
+    pub(super) fn drop_queued_packets_of(&mut self, peer: PeerId, out: &mut Out) {
+        for r in 0..self.rails.len() {
+            let ops = &self.ops;
+            let (theirs, keep): (VecDeque<OpId>, VecDeque<OpId>) =
+                std::mem::take(&mut self.rails[r].retry)
+                    .into_iter()
+                    .partition(|&id| matches!(ops.get(id), Some(Op::Packet(p)) if p.peer == peer));
+            self.rails[r].retry = keep;
+            for id in theirs {
+                // A queued packet holds no credit; `op_failed` returns the
+                // one an operation in flight holds.
+                self.rails[r].inflight += 1;
+                self.op_failed(id, "its peer can no longer be reached", out);
+            }
+        }
+        let left = self.rails.iter().any(|r| !r.retry.is_empty());
+        self.queued = left || self.rails.iter().any(|r| !r.rx_retry.is_empty());
+        self.stats
+            .tx_queued
+            .store(left, std::sync::atomic::Ordering::Relaxed);
+    }
 }

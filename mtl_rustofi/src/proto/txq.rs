@@ -521,7 +521,7 @@ impl Core {
 
     /// A posted operation failed (error completion or rejected post): the
     /// single place where a failure is counted and acted on.
-    fn op_failed(&mut self, id: OpId, why: &str, out: &mut Out) {
+    pub(super) fn op_failed(&mut self, id: OpId, why: &str, out: &mut Out) {
         let Some(op) = self.ops.get_mut(id) else {
             self.error(&format!("error for an unknown operation: {why}"));
             return;
@@ -699,39 +699,6 @@ impl Core {
             payload: p.payload.map(|u| u.region()),
             inject,
         }
-    }
-
-    /// Fails the packets to a lost peer that still wait in a rail's queue:
-    /// a provider may refuse them (EAGAIN) for as long as the connection
-    /// stays broken, and a blocking send waits until the queues are empty
-    /// (`rustofi_tx_queued`). Rendezvous chunks are left to the rendezvous
-    /// abort, which drops queued ones itself.
-    pub(super) fn drop_queued_packets_of(&mut self, peer: PeerId, out: &mut Out) {
-        for r in 0..self.rails.len() {
-            let ops = &self.ops;
-            let theirs: Vec<OpId> = self.rails[r]
-                .retry
-                .iter()
-                .copied()
-                .filter(|&id| matches!(ops.get(id), Some(Op::Packet(p)) if p.peer == peer))
-                .collect();
-            if theirs.is_empty() {
-                continue;
-            }
-            let (rails, ops) = (&mut self.rails, &self.ops);
-            rails[r]
-                .retry
-                .retain(|&id| !matches!(ops.get(id), Some(Op::Packet(p)) if p.peer == peer));
-            for id in theirs {
-                // A queued packet holds no credit; `op_failed` returns the
-                // one an operation in flight holds.
-                self.rails[r].inflight += 1;
-                self.op_failed(id, "its peer can no longer be reached", out);
-            }
-        }
-        let left = self.rails.iter().any(|r| !r.retry.is_empty());
-        self.queued = left || self.rails.iter().any(|r| !r.rx_retry.is_empty());
-        self.stats.tx_queued.store(left, Relaxed);
     }
 
     /// Puts an operation at the end of its rail's queue (handed over again
