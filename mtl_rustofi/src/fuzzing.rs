@@ -13,7 +13,7 @@
 use crate::config::Fault;
 use crate::matching::{Selector, Source, Tag};
 use crate::proto::ids::{FiAddr, OpId, PeerId, RailId, ReqId, RxSlot};
-use crate::proto::{Action, Core, CoreConfig, Out, RailProfile, SendArgs, Stats};
+use crate::proto::{Action, Core, CoreConfig, Out, PostError, RailProfile, SendArgs, Stats};
 use crate::usermem::UserBuf;
 use crate::wire::{self, Header, Kind, PeerInfo, RailKind};
 use std::sync::Arc;
@@ -93,6 +93,9 @@ fn profile(s: &mut Script<'_>) -> RailProfile {
         tagged: bits & 32 != 0,
         rndv_msg: bits & 64 != 0,
         inject_size: if bits & 128 != 0 { 128 } else { 0 },
+        // Inline sends need an inject size; the script takes or refuses
+        // each one.
+        inline: bits & 128 != 0 && bits & 1 == 0,
         chunk: 512,
         tx_depth: 4,
         rx_count: RX_COUNT,
@@ -281,6 +284,24 @@ pub fn core_packets(data: &[u8]) {
                 Action::Register { mr, .. } => {
                     key += 1;
                     core.on_registered(mr, Ok(key), &mut out);
+                }
+                Action::SendInline {
+                    rail,
+                    peer,
+                    head,
+                    payload,
+                    ..
+                } => {
+                    if s.u8() & 3 == 0 {
+                        core.on_inline_refused(
+                            rail,
+                            peer,
+                            &head,
+                            payload,
+                            PostError::Again,
+                            &mut out,
+                        );
+                    }
                 }
                 Action::PostRecv { .. }
                 | Action::Deregister { .. }

@@ -402,6 +402,18 @@ impl Driver {
     ) -> Option<(Posted, Result<(), PostError>)> {
         Some(match a {
             Action::PostRecv { .. } | Action::Send { .. } => unreachable!("handled inline"),
+            // Only the shared-memory rail sends inline (its profile says
+            // so): anywhere else the packet goes the ordinary way.
+            Action::SendInline {
+                rail,
+                peer,
+                head,
+                payload,
+                ..
+            } => {
+                core.on_inline_refused(rail, peer, &head, payload, PostError::Again, out);
+                return None;
+            }
             Action::Read {
                 op,
                 rail,

@@ -103,6 +103,7 @@ impl FabricRail {
             // depth without EAGAIN and then stall, so the core queues the
             // excess itself.
             inject_size: caps.inject_size,
+            inline: false,
             tx_depth: info.tx_size().clamp(16, 1 << 20),
             // A stripe rail only carries reads: no packet arrives on it.
             rx_count: if kind == RailKind::Stripe {

@@ -2,7 +2,11 @@
 //! MPI layer.
 
 use super::ids::{FiAddr, MrId, OpId, PeerId, RailId, ReqId, RxSlot};
-use crate::usermem::Region;
+use crate::usermem::{Region, UserBuf};
+use crate::wire::BASE_LEN;
+
+/// The encoded header of an eager packet sent inline.
+pub(crate) type InlineHead = [u8; BASE_LEN];
 
 /// Outcome of a request, as reported to the MPI layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +75,21 @@ pub(crate) enum Action {
         mr: Option<MrId>,
         payload: Option<Region>,
         inject: bool,
+    },
+    /// Send one small eager packet, `head` followed by the user's
+    /// `payload`, on a rail whose profile says `inline`: the driver copies
+    /// both before it returns and reports nothing when it succeeds (no
+    /// bounce buffer, no operation). If the driver cannot take it, it
+    /// hands it back with `Core::on_inline_refused` before it executes the
+    /// next action; the payload is still valid then, because the send's
+    /// completion (already in `Out::events`) reaches the MPI layer only
+    /// after the driver has executed every action of the same output.
+    SendInline {
+        rail: RailId,
+        peer: PeerId,
+        dest: FiAddr,
+        head: InlineHead,
+        payload: UserBuf,
     },
     /// RMA read of `local.len` bytes from the peer's `remote_addr` (key
     /// `key`) into `local`.

@@ -6,8 +6,8 @@
 //! While the peer's send queue is full ([`super::flow`]) a send waits,
 //! uncopied and incomplete, until room is made.
 
-use super::action::{Event, Out, Status};
-use super::ids::{Cookie, PeerId, ReqId};
+use super::action::{Action, Event, InlineHead, Out, PostError, Status};
+use super::ids::{Cookie, PeerId, RailId, ReqId};
 use super::recv::PostedRecv;
 use super::txq::AfterSend;
 use super::{Core, CoreError, Stats};
@@ -70,9 +70,9 @@ impl Core {
         if len > p.eager_limit {
             return self.start_rndv_send(s, out);
         }
-        Stats::add(&self.stats.sent_msgs, 1);
-        Stats::add(&self.stats.sent_bytes, len as u64);
-        Stats::add(&self.stats.eager, 1);
+        Stats::bump(&self.stats.sent_msgs, 1);
+        Stats::bump(&self.stats.sent_bytes, len as u64);
+        Stats::bump(&self.stats.eager, 1);
         if self.fault == Fault::BadPacket {
             self.fault = Fault::None;
             let mut b = self.take_tx(rail, out);
@@ -88,6 +88,15 @@ impl Core {
             }
         } else {
             self.flush_bundle(s.peer, out);
+        }
+        let r = &self.rails[rail.index()];
+        if r.profile.inline
+            && !s.sync
+            && wire::BASE_LEN + len <= r.profile.inject_size
+            && r.retry.is_empty()
+        {
+            self.send_inline(s, rail, out);
+            return Ok(());
         }
         let mut hdr = self.matchable_header(s.peer, Kind::Eager, s.ctx, s.src, s.tag, len);
         let need = hdr.wire_len() + if zero_copy { 0 } else { len };
@@ -119,6 +128,62 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    /// Sends a small eager message that the driver copies at post
+    /// ([`Action::SendInline`]): no bounce buffer, no operation, nothing
+    /// reported back; the send is complete at once. Only while nothing
+    /// waits in the rail's queue, so that it does not overtake queued
+    /// packets (the receiver's order check would hold it until they come).
+    #[inline]
+    fn send_inline(&mut self, s: SendArgs, rail: RailId, out: &mut Out) {
+        let len = s.buf.len();
+        let hdr = self.matchable_header(s.peer, Kind::Eager, s.ctx, s.src, s.tag, len);
+        let mut head: InlineHead = [0; wire::BASE_LEN];
+        hdr.encode(&mut head);
+        let p = &mut self.peers[s.peer.index()];
+        p.tx_bytes = p.tx_bytes.wrapping_add((wire::BASE_LEN + len) as u64);
+        let dest = p.addr;
+        self.count_rail_bytes(rail, true, wire::BASE_LEN + len);
+        self.stall.moved = true;
+        out.actions.push(Action::SendInline {
+            rail,
+            peer: s.peer,
+            dest,
+            head,
+            payload: s.buf,
+        });
+        out.events.push(Event::Send {
+            req: s.req,
+            status: Status::Ok,
+        });
+    }
+
+    /// The driver could not take an inline packet (`_why`: its queue is
+    /// full, or an error): the packet goes into a bounce buffer and on as
+    /// an ordinary one, which is queued, resent or failed by the usual
+    /// rules and reported when it completes. The payload is still valid
+    /// (see [`Action::SendInline`]).
+    pub(crate) fn on_inline_refused(
+        &mut self,
+        rail: RailId,
+        peer: PeerId,
+        head: &InlineHead,
+        payload: UserBuf,
+        _why: PostError,
+        out: &mut Out,
+    ) {
+        let n = wire::BASE_LEN + payload.len();
+        // Counted again when the ordinary packet completes.
+        let p = &mut self.peers[peer.index()];
+        p.tx_bytes = p.tx_bytes.wrapping_sub(n as u64);
+        self.uncount_rail_tx(rail, n);
+        let mut b = self.take_tx_for(rail, n, out);
+        b.mem[..wire::BASE_LEN].copy_from_slice(head);
+        payload.read_into(&mut b.mem[wire::BASE_LEN..]);
+        let held = Self::buf_cost(b.mem.len());
+        self.flow.charge(peer, held);
+        self.send_held_packet(peer, b, n, None, AfterSend::Nothing, held, out);
     }
 
     /// Copies a matched eager message into its receive and acknowledges a

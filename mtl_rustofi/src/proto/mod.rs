@@ -103,6 +103,11 @@ pub(crate) struct RailProfile {
     /// Packets copied into a bounce buffer and no larger go that way: the
     /// provider copies them at once and reports no completion.
     pub(crate) inject_size: usize,
+    /// The driver copies a packet's header and payload at post as cheaply
+    /// as the core copies into a bounce buffer, and reports nothing (the
+    /// component's own shared-memory ring): eager sends no larger than
+    /// `inject_size` go as [`Action::SendInline`].
+    pub(crate) inline: bool,
     /// Most transmit operations in flight (the provider's tx queue depth).
     pub(crate) tx_depth: usize,
     /// Receive bounce buffers the driver holds for this rail.
@@ -436,6 +441,18 @@ impl Core {
             (_, false) => &s.net_rx_bytes,
         };
         Stats::bump(c, n as u64);
+    }
+
+    /// Takes back bytes counted as sent on `rail` (an inline packet the
+    /// driver refused is counted again when it is sent).
+    fn uncount_rail_tx(&self, rail: RailId, n: usize) {
+        let s = &self.stats;
+        let c = match self.rails[rail.index()].profile.kind {
+            RailKind::Shm | RailKind::Local => &s.shm_tx_bytes,
+            RailKind::Stripe => &s.stripe_bytes,
+            _ => &s.net_tx_bytes,
+        };
+        c.store(c.load(Relaxed).wrapping_sub(n as u64), Relaxed);
     }
 
     fn count_error(&self) {

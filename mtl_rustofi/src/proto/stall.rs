@@ -124,6 +124,7 @@ mod tests {
             rndv_msg: true,
             chunk: 1 << 20,
             inject_size: 0,
+            inline: false,
             tx_depth: 64,
             rx_count: 4,
         };

@@ -392,6 +392,8 @@ pub(crate) struct Coverage {
     pub(crate) deaths_mid_rndv: u64,
     pub(crate) dups: u64,
     pub(crate) injected: u64,
+    pub(crate) inlined: u64,
+    pub(crate) inline_refused: u64,
     /// Tagged receives the core cancelled (an aborted send rendezvous).
     pub(crate) chunks_cancelled: u64,
     /// Rendezvous served a cached registration.
@@ -450,6 +452,8 @@ impl Coverage {
         self.deaths_mid_rndv += w.died_mid_rndv as u64;
         self.dups += w.dups as u64;
         self.injected += w.injected as u64;
+        self.inlined += w.inlined as u64;
+        self.inline_refused += w.inline_refused as u64;
         self.chunks_cancelled += w.chunks_cancelled as u64;
         self.releases += w.releases as u64;
         for n in &w.nodes {

@@ -406,6 +406,59 @@ impl World {
                     },
                 );
             }
+            Action::SendInline {
+                rail,
+                peer,
+                dest,
+                head,
+                payload,
+            } => {
+                let r = rail.index();
+                let to = dest.0 as usize;
+                let profile = &self.rails.profiles[r];
+                let (inline, limit) = (profile.inline, profile.inject_size);
+                let mut pkt = head.to_vec();
+                pkt.extend(read_region(payload.region()));
+                if !inline || pkt.len() > limit {
+                    self.fail(&format!(
+                        "node {n}: inline packet of {} bytes on a rail with inline {inline}, \
+                         inject size {limit}",
+                        pkt.len()
+                    ));
+                }
+                let inj = self.ask(
+                    n,
+                    r,
+                    PostKind::Send,
+                    None,
+                    None,
+                    Some(crate::wire::Kind::Eager),
+                );
+                let refused = match inj {
+                    Inject::Again => Some(PostError::Again),
+                    Inject::Hard(code) => Some(PostError::Hard(code)),
+                    Inject::Normal if self.rng.chance(self.faults.post_again) => {
+                        Some(PostError::Again)
+                    }
+                    Inject::Normal if self.rng.chance(self.faults.post_hard) => {
+                        Some(PostError::Hard(-5))
+                    }
+                    _ => None,
+                };
+                if let Some(why) = refused {
+                    self.inline_refused += 1;
+                    self.nodes[n]
+                        .core
+                        .on_inline_refused(rail, peer, &head, payload, why, out);
+                    return;
+                }
+                // Copied like an inject: no completion follows, and an
+                // error after the post is never reported to the sender.
+                if self.nodes[to].alive {
+                    self.inject_deliver(n, to, r, pkt);
+                }
+                self.inlined += 1;
+            }
             Action::Read {
                 op,
                 rail,

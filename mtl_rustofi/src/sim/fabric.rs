@@ -327,6 +327,10 @@ pub(crate) struct World {
     pub(crate) dups: usize,
     /// Packets sent with (simulated) fi_inject: no completion generated.
     pub(crate) injected: usize,
+    /// Packets sent inline (`Action::SendInline`), and those the provider
+    /// refused (sent again as ordinary packets).
+    pub(crate) inlined: usize,
+    pub(crate) inline_refused: usize,
     /// Decides buffer reuse, memory release and the cache settings (its own
     /// stream, so that seeds keep the rest of their runs).
     pub(crate) mrng: Rng,
@@ -505,6 +509,8 @@ impl World {
             cancel_lost: 0,
             dups: 0,
             injected: 0,
+            inlined: 0,
+            inline_refused: 0,
             mrng,
             releases: 0,
             mem: Default::default(),

@@ -92,6 +92,7 @@ fn rail(
         // Set per profile below: most providers' inject sizes would take
         // every control packet.
         inject_size: 0,
+        inline: false,
         chunk,
         tx_depth,
         rx_count,
@@ -183,6 +184,7 @@ fn local(msg: bool) -> RailProfile {
     let eager = 8192;
     RailProfile {
         inject_size: eager + BASE_LEN,
+        inline: true,
         rndv_read: !msg,
         rndv_msg: msg,
         ..rail(

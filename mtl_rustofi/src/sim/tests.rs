@@ -125,8 +125,18 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
     if fault == "death" && !profile.starts_with("tiny") {
         want("liveness probes", c.pings);
     }
-    if rails.profiles.iter().any(|p| p.inject_size > 0) {
+    if rails
+        .profiles
+        .iter()
+        .any(|p| p.inject_size > 0 && !p.inline)
+    {
         want("injected packets", c.injected);
+    }
+    if rails.profiles.iter().any(|p| p.inline) {
+        want("inline packets", c.inlined);
+        if matches!(fault, "eagain" | "mixed") {
+            want("inline packets refused and sent again", c.inline_refused);
+        }
     }
     if fault == "dup" {
         want("duplicated packets", c.dups);

@@ -211,6 +211,7 @@ impl ShmRail {
             chunk: settings.chunk.max(CMA_CHUNK),
             // Every packet is copied into the ring at once.
             inject_size: buf_size,
+            inline: true,
             tx_depth: 1 << 20,
             rx_count: 1,
         };
@@ -309,22 +310,27 @@ impl ShmRail {
         head: Region,
         payload: Option<Region>,
     ) -> Result<(), PostError> {
-        let Some(p) = self.peers.get_mut(dest.0 as usize).and_then(Option::as_mut) else {
-            return Err(PostError::Hard(-libc::EINVAL));
-        };
         // SAFETY: the core keeps the header's bounce buffer and the
         // payload's user buffer valid and unchanged until the operation is
         // reported, which is after this call.
         let h = unsafe { std::slice::from_raw_parts(head.addr as *const u8, head.len) };
-        let r = match payload {
-            None => p.tx.push(&[h]),
+        match payload {
+            None => self.push(dest, &[h]),
             Some(pl) => {
                 // SAFETY: as above.
                 let b = unsafe { std::slice::from_raw_parts(pl.addr as *const u8, pl.len) };
-                p.tx.push(&[h, b])
+                self.push(dest, &[h, b])
             }
+        }
+    }
+
+    /// Writes one packet made of `parts` into the peer's ring.
+    #[inline]
+    fn push(&mut self, dest: FiAddr, parts: &[&[u8]]) -> Result<(), PostError> {
+        let Some(p) = self.peers.get_mut(dest.0 as usize).and_then(Option::as_mut) else {
+            return Err(PostError::Hard(-libc::EINVAL));
         };
-        match r {
+        match p.tx.push(parts) {
             Ok(()) => {
                 p.full = 0;
                 Ok(())
@@ -339,6 +345,27 @@ impl ShmRail {
                 Err(PostError::Again)
             }
         }
+    }
+
+    /// Copies an inline packet (header, then the user's payload) into the
+    /// peer's ring.
+    #[inline]
+    fn send_inline(
+        &mut self,
+        dest: FiAddr,
+        head: &[u8],
+        payload: crate::usermem::UserBuf,
+    ) -> Result<(), PostError> {
+        let r = payload.region();
+        if r.len == 0 {
+            // An empty send's pointer may be null.
+            return self.push(dest, &[head]);
+        }
+        // SAFETY: a `UserBuf` is readable for its length while its request
+        // lives, which it does until the driver has executed this action
+        // (see `Action::SendInline`); the slice is dropped before that.
+        let body = unsafe { std::slice::from_raw_parts(r.addr as *const u8, r.len) };
+        self.push(dest, &[head, body])
     }
 
     /// The read rendezvous' read: `key` is the sender's pid.
@@ -402,6 +429,7 @@ pub(crate) fn rail_of(a: &Action) -> Option<RailId> {
     match *a {
         Action::PostRecv { rail, .. }
         | Action::Send { rail, .. }
+        | Action::SendInline { rail, .. }
         | Action::Read { rail, .. }
         | Action::TaggedSend { rail, .. }
         | Action::TaggedRecv { rail, .. }
@@ -436,6 +464,18 @@ impl ShmRail {
                 key,
                 ..
             } => (op, self.read(src, local, remote_addr, key)),
+            Action::SendInline {
+                rail,
+                peer,
+                dest,
+                head,
+                payload,
+            } => {
+                if let Err(e) = self.send_inline(dest, &head, payload) {
+                    core.on_inline_refused(rail, peer, &head, payload, e, out);
+                }
+                return;
+            }
             // Nothing to register: a peer reads by our pid and address.
             Action::Register { mr, .. } => {
                 core.on_registered(mr, Ok(self.key()), out);
