@@ -9,7 +9,7 @@
 //! a completion callback may call back into the MTL.
 
 use crate::config::Settings;
-use crate::driver::{Caps, Driver, SameHost};
+use crate::driver::{Caps, Driver, RingWatch, SameHost};
 use crate::fabric::{FiError, InfoList};
 use crate::handoff::{Handoff, Poisoned};
 use crate::inbox::Batch;
@@ -23,7 +23,7 @@ pub(crate) use crate::request::MessageHandle;
 use crate::request::{Cmd, Op, ReqPtr};
 use crate::usermem::UserBuf;
 use crate::wire::{self, RailKind};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,8 +65,71 @@ struct Clock {
 
 const CLOCK_EVERY: u32 = 64;
 
+/// What lets a poll that would find nothing return before it takes the
+/// progress token: the token holder says, as it leaves, whether the core
+/// only waits for packets on the shared-memory rail (`ring_only`); a poll
+/// then returns if no command is queued and no ring holds a packet. Each
+/// answer may be stale (another thread may change either meanwhile), so
+/// one poll in `FULL_EVERY` goes the whole way regardless: a stale "idle"
+/// delays work by at most that many polls, and the liveness clock keeps
+/// running.
+struct IdleWatch {
+    rail: RailId,
+    rings: Arc<RingWatch>,
+    ring_only: AtomicBool,
+    /// Polls returned early since the last full one (a hint: plain load
+    /// and store, racing threads may lose counts).
+    skipped: AtomicU32,
+}
+
+const FULL_EVERY: u32 = 64;
+
+impl IdleWatch {
+    /// Whether a poll can return now.
+    #[inline]
+    fn skip(&self, inbox_empty: bool) -> bool {
+        if !self.ring_only.load(Ordering::Relaxed) || !inbox_empty {
+            return false;
+        }
+        let n = self.skipped.load(Ordering::Relaxed);
+        if n >= FULL_EVERY {
+            self.skipped.store(0, Ordering::Relaxed);
+            return false;
+        }
+        if self.rings.any_ready() {
+            return false;
+        }
+        self.skipped.store(n + 1, Ordering::Relaxed);
+        true
+    }
+
+    /// Notes, as the token holder leaves a progress round, what the next
+    /// poll may skip.
+    #[inline]
+    fn note(&self, st: &mut State) {
+        // The rails' own state says what a post left to do.
+        st.driver.take_posted_off_ring();
+        self.ring_only
+            .store(st.core.waits_only_on(self.rail), Ordering::Relaxed);
+    }
+
+    /// Notes, as the token holder leaves after starting operations, that
+    /// the next poll must not be skipped if they left work for a tick (a
+    /// queued packet, an open bundle) or posted to a libfabric rail.
+    /// Cheaper than `note`, which looks at every rail.
+    #[inline]
+    fn note_started(&self, st: &mut State) {
+        if st.driver.take_posted_off_ring() || !st.core.tick_is_empty() {
+            self.ring_only.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
 pub(crate) struct Engine {
     handoff: Handoff<State, Cmd>,
+    /// The quick look of an empty poll, where the own shared-memory rail
+    /// is open.
+    idle: Option<IdleWatch>,
     /// The network provider's name and capabilities.
     pub(crate) provider: String,
     /// The network provider's domain (NIC) this rank uses.
@@ -139,7 +202,14 @@ impl Engine {
         }
         .encode();
         let net = profiles.iter().find(|p| p.kind == RailKind::Net);
+        let idle = driver.ring_watch().map(|(rail, rings)| IdleWatch {
+            rail,
+            rings,
+            ring_only: AtomicBool::new(false),
+            skipped: AtomicU32::new(0),
+        });
         Ok(Engine {
+            idle,
             provider: net.map_or_else(|| "none".to_string(), |n| n.provider.clone()),
             nic,
             stripe_nics,
@@ -210,6 +280,13 @@ impl Engine {
             }
             apply_all(st, batch);
             take_events(out, &mut st.out.events);
+            if let Some(w) = &self.idle {
+                if poll {
+                    w.note(st);
+                } else {
+                    w.note_started(st);
+                }
+            }
         });
         events
     }
@@ -349,7 +426,9 @@ impl Engine {
         unsafe { self.start(req, Op::Mrecv { msg, buf, req }, out) }
     }
 
-    /// Initialises a request's state and submits its command.
+    /// Starts an operation: applied at once if the progress token is free
+    /// (after the commands queued before it), else queued as a command in
+    /// the request for the token holder.
     ///
     /// # Safety
     /// `req` valid until completion.
@@ -359,6 +438,24 @@ impl Engine {
         op: Op,
         out: &mut Vec<Completion>,
     ) -> Result<(), EngineError> {
+        let ran = self.handoff.run_or_combine(|st, batch, first| {
+            for cmd in batch {
+                apply(st, cmd);
+            }
+            if first {
+                apply_op(st, op);
+            }
+            if !st.out.actions.is_empty() {
+                st.driver.execute(&mut st.core, &mut st.out);
+            }
+            take_events(out, &mut st.out.events);
+            if let Some(w) = &self.idle {
+                w.note_started(st);
+            }
+        });
+        if ran {
+            return Ok(());
+        }
         // SAFETY: per the function contract; the command lives in the
         // request, which stays valid until the operation completes.
         unsafe {
@@ -421,6 +518,15 @@ impl Engine {
     /// Drives the providers once. Returns the number of completions.
     pub(crate) fn progress(&self, out: &mut Vec<Completion>) -> usize {
         self.combine(out, true)
+    }
+
+    /// Whether a poll would find nothing, by a look that takes no token
+    /// ([`IdleWatch`]): then the caller may return at once.
+    #[inline]
+    pub(crate) fn nothing_to_poll(&self) -> bool {
+        self.idle
+            .as_ref()
+            .is_some_and(|w| w.skip(self.handoff.inbox_is_empty()))
     }
 
     /// Waits (driving progress) until every transfer has finished, or the
@@ -572,6 +678,45 @@ fn apply(st: &mut State, cmd: *mut Cmd) {
     // SAFETY: a command taken from the inbox is valid until we set its
     // `done` flag or complete its request; we copy the op first.
     let op = unsafe { (*cmd).op };
+    let core = &mut st.core;
+    match op {
+        Op::Send { .. } | Op::Recv { .. } | Op::Mrecv { .. } => apply_op(st, op),
+        Op::Cancel { req } => {
+            // SAFETY: the request was started by this engine (the shim
+            // cancels only its own requests); token held.
+            let id = unsafe { req.post_id() };
+            let cancelled = id.is_some_and(|id| core.cancel(id, &mut st.out));
+            // SAFETY: the waiting caller reads the result after `done`.
+            unsafe {
+                (*cmd).cancelled = cancelled;
+                (*cmd).done.store(true, Ordering::Release);
+            }
+        }
+        Op::Probe { sel, from, remove } => {
+            let out = &mut st.out;
+            let found = if remove {
+                core.mprobe(&sel, from, out)
+                    .map(|f| f.map(|(info, id)| (info, Some(MessageHandle::from_id(id)))))
+            } else {
+                core.probe(&sel, from, out)
+                    .map(|f| f.map(|info| (info, None)))
+            };
+            // SAFETY: the waiting caller reads the result after `done`.
+            unsafe {
+                match found {
+                    Ok(found) => (*cmd).found = found,
+                    Err(e) => (*cmd).failed = Some(e.0),
+                }
+                (*cmd).done.store(true, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// Applies a send or a receive (token held), whether it came through the
+/// inbox or straight from its caller.
+#[inline(always)]
+fn apply_op(st: &mut State, op: Op) {
     let (core, out) = (&mut st.core, &mut st.out);
     match op {
         Op::Send {
@@ -583,6 +728,9 @@ fn apply(st: &mut State, cmd: *mut Cmd) {
             buf,
             req,
         } => {
+            // SAFETY: the request is live (isend's contract) and the
+            // token is held; MPI_Cancel may ask about any request.
+            unsafe { req.set_post_id(None) };
             let args = SendArgs {
                 peer,
                 ctx,
@@ -607,12 +755,15 @@ fn apply(st: &mut State, cmd: *mut Cmd) {
             buf,
             req,
         } => {
-            if let Some(id) = core.recv(sel, from, buf, req.id(), out) {
-                // SAFETY: initialised by irecv; token held.
-                unsafe { req.set_post_id(id) };
-            }
+            let id = core.recv(sel, from, buf, req.id(), out);
+            // SAFETY: the request is live (irecv's contract) and the token
+            // is held. Written either way: a request applied directly was
+            // never initialised, and a stale ticket must not reach cancel.
+            unsafe { req.set_post_id(id) };
         }
         Op::Mrecv { msg, buf, req } => {
+            // SAFETY: as for a send.
+            unsafe { req.set_post_id(None) };
             let r = match msg.id() {
                 Some(id) => core.mrecv(id, buf, req.id(), out),
                 None => Err(crate::proto::CoreError("a null message handle".into())),
@@ -629,33 +780,8 @@ fn apply(st: &mut State, cmd: *mut Cmd) {
                 });
             }
         }
-        Op::Cancel { req } => {
-            // SAFETY: the request was started by this engine (the shim
-            // cancels only its own requests); token held.
-            let id = unsafe { req.post_id() };
-            let cancelled = id.is_some_and(|id| core.cancel(id, out));
-            // SAFETY: the waiting caller reads the result after `done`.
-            unsafe {
-                (*cmd).cancelled = cancelled;
-                (*cmd).done.store(true, Ordering::Release);
-            }
-        }
-        Op::Probe { sel, from, remove } => {
-            let found = if remove {
-                core.mprobe(&sel, from, out)
-                    .map(|f| f.map(|(info, id)| (info, Some(MessageHandle::from_id(id)))))
-            } else {
-                core.probe(&sel, from, out)
-                    .map(|f| f.map(|info| (info, None)))
-            };
-            // SAFETY: the waiting caller reads the result after `done`.
-            unsafe {
-                match found {
-                    Ok(found) => (*cmd).found = found,
-                    Err(e) => (*cmd).failed = Some(e.0),
-                }
-                (*cmd).done.store(true, Ordering::Release);
-            }
+        Op::Cancel { .. } | Op::Probe { .. } => {
+            unreachable!("cancels and probes wait for their command")
         }
     }
 }

@@ -83,6 +83,34 @@ impl<S, N: Linked> Handoff<S, N> {
         }
     }
 
+    /// If the token is free: takes it and runs `work(state, queued, true)`,
+    /// where the caller applies the queued commands and then its own
+    /// (which so never enters the inbox: the fast path of a thread that
+    /// finds the engine idle), releases it, and then runs
+    /// `work(state, queued, false)` for whatever was queued meanwhile, as
+    /// [`Handoff::combine`] does. Returns false, having run nothing, if
+    /// another thread holds the token or the handoff is poisoned; the
+    /// caller then queues its command. A thread's commands keep their
+    /// order: the ones it queued earlier are applied or still queued, and
+    /// queued ones go first.
+    pub(crate) fn run_or_combine(&self, mut work: impl FnMut(&mut S, Batch<N>, bool)) -> bool {
+        if self.poisoned.load(Ordering::Acquire) || !self.token.try_acquire() {
+            return false;
+        }
+        {
+            let _holder = Holder(self);
+            self.state.with_mut(|s| {
+                // SAFETY: we hold the token, which grants exclusive
+                // access to the state.
+                work(unsafe { &mut *s }, self.inbox.take_all(), true)
+            });
+        }
+        if !self.inbox.is_empty() {
+            self.combine(|s, batch| work(s, batch, false));
+        }
+        true
+    }
+
     /// Runs `f` as the token holder, spinning until the token is free.
     /// Queued commands are handed to `f` too. Only for rare operations off
     /// the data path (peer setup, finalize).
@@ -257,6 +285,55 @@ mod loom_tests {
             }
             // After every submitter returned, everything has been applied.
             assert!(h.inbox_is_empty());
+            let s = h.with_token(|s, _| s.clone()).unwrap();
+            assert_eq!(s.len(), 4);
+            for t in 0..2 {
+                let mine: Vec<_> = s
+                    .iter()
+                    .filter(|c| matches!(c, Cmd::Item(x, _) if *x == t))
+                    .collect();
+                assert_eq!(mine, vec![&Cmd::Item(t, 0), &Cmd::Item(t, 1)]);
+            }
+        });
+    }
+
+    /// The engine's start path: apply directly if the token is free,
+    /// else push and combine.
+    fn start<S>(h: &Handoff<S, Node>, cmd: Cmd, apply: impl Fn(&mut S, Cmd)) {
+        let mut mine = Some(cmd);
+        let ran = h.run_or_combine(|s, batch, first| {
+            for n in batch {
+                // SAFETY: the node is ours now (leaked Box, pushed once).
+                let n = unsafe { Box::from_raw(n) };
+                apply(s, n.cmd);
+            }
+            if first {
+                apply(s, mine.take().expect("applied once"));
+            }
+        });
+        if !ran {
+            submit(h, mine.take().expect("not applied"), apply);
+        }
+    }
+
+    #[test]
+    fn direct_and_queued_commands_are_all_applied_in_thread_order() {
+        loom::model(|| {
+            let h = Arc::new(Handoff::new(Vec::<Cmd>::new()));
+            let direct = {
+                let h = h.clone();
+                loom::thread::spawn(move || {
+                    start(&h, Cmd::Item(0, 0), |s, c| s.push(c));
+                    start(&h, Cmd::Item(0, 1), |s, c| s.push(c));
+                })
+            };
+            submit(&h, Cmd::Item(1, 0), |s, c| s.push(c));
+            start(&h, Cmd::Item(1, 1), |s, c| s.push(c));
+            direct.join().unwrap();
+            if !h.inbox_is_empty() {
+                let s = h.with_token(|s, b| (s.clone(), b.count())).unwrap();
+                panic!("stranded: applied {:?}, queued {}", s.0, s.1);
+            }
             let s = h.with_token(|s, _| s.clone()).unwrap();
             assert_eq!(s.len(), 4);
             for t in 0..2 {

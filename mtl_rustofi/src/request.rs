@@ -192,7 +192,8 @@ impl ReqPtr {
     }
 
     /// # Safety
-    /// The request must have been initialised with `init` and the caller
+    /// The request must have been started (its command queued with `init`
+    /// or applied directly, which writes `set_post_id`) and the caller
     /// must hold the progress token.
     pub(crate) unsafe fn post_id(self) -> Option<PostId> {
         // SAFETY: the request is live and initialised (the function's
@@ -201,9 +202,11 @@ impl ReqPtr {
     }
 
     /// # Safety
-    /// As for `post_id`.
-    pub(crate) unsafe fn set_post_id(self, id: PostId) {
-        // SAFETY: as for `post_id`.
-        unsafe { (*self.0).st.post_id = Some(id) }
+    /// The request must be live (initialised or not: the field is written
+    /// with a raw place, never read) and the caller must hold the progress
+    /// token.
+    pub(crate) unsafe fn set_post_id(self, id: Option<PostId>) {
+        // SAFETY: per the function contract; `post_id` is plain data.
+        unsafe { std::ptr::addr_of_mut!((*self.0).st.post_id).write(id) }
     }
 }

@@ -25,8 +25,8 @@ use crate::sys;
 use crate::usermem::Region;
 use crate::wire::RailKind;
 use rail::FabricRail;
-pub(crate) use shm::SameHost;
 use shm::ShmRail;
+pub(crate) use shm::{RingWatch, SameHost};
 use std::os::raw::c_void;
 use std::ptr;
 
@@ -98,6 +98,9 @@ pub(crate) struct Driver {
     /// rails' (`NO_LOCAL` when there is none).
     local: Option<ShmRail>,
     local_id: u8,
+    /// An action went to a libfabric rail since `take_posted_off_ring`
+    /// last looked (the engine's idle watch must not skip the next poll).
+    posted_off_ring: bool,
 }
 
 const NO_LOCAL: u8 = u8::MAX;
@@ -233,6 +236,7 @@ impl Driver {
             scratch: vec![CqEntry::default(); 64],
             local,
             local_id,
+            posted_off_ring: false,
         })
     }
 
@@ -244,6 +248,19 @@ impl Driver {
     }
 
     /// Our own shared-memory rail, if open.
+    /// Whether an action went to a libfabric rail since the last call.
+    #[inline]
+    pub(crate) fn take_posted_off_ring(&mut self) -> bool {
+        std::mem::take(&mut self.posted_off_ring)
+    }
+
+    /// The own shared-memory rail's id and its rings, if it is open.
+    pub(crate) fn ring_watch(&self) -> Option<(RailId, std::sync::Arc<shm::RingWatch>)> {
+        self.local
+            .as_ref()
+            .map(|l| (RailId(self.local_id), l.watch()))
+    }
+
     pub(crate) fn local(&self) -> Option<&ShmRail> {
         self.local.as_ref()
     }
@@ -348,6 +365,7 @@ impl Driver {
                     continue;
                 }
             }
+            self.posted_off_ring = true;
             // The two actions of every message are handled inline; the
             // rest out of line.
             let (what, r) = match a {

@@ -366,15 +366,29 @@ impl Core {
         r.peers > 0 || r.inflight > 0 || !r.retry.is_empty() || !r.rx_retry.is_empty()
     }
 
+    /// Whether a tick would do nothing.
+    #[inline]
+    pub(crate) fn tick_is_empty(&self) -> bool {
+        !self.queued
+            && self.open_bundles.is_empty()
+            && self.retired.is_empty()
+            && !self.flow.any_waiting()
+    }
+
+    /// Whether a progress round could do nothing but read packets from
+    /// `rail`: a tick would return at once, and no other rail has peers,
+    /// operations or queued posts (so none needs polling).
+    pub(crate) fn waits_only_on(&self, rail: RailId) -> bool {
+        self.tick_is_empty()
+            && (0..self.rails.len())
+                .all(|i| i == rail.index() || !self.rail_needs_poll(RailId(i as u8)))
+    }
+
     /// A progress opportunity: sends open bundles and retries queued
     /// operations and receive posts.
     #[inline]
     pub(crate) fn tick(&mut self, out: &mut Out) {
-        if !self.queued
-            && self.open_bundles.is_empty()
-            && self.retired.is_empty()
-            && !self.flow.any_waiting()
-        {
+        if self.tick_is_empty() {
             return;
         }
         // Bounce buffers retired in an earlier batch of actions: the driver

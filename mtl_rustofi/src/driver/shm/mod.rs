@@ -30,6 +30,7 @@ use crate::usermem::Region;
 use crate::wire::{self, RailKind};
 use ring::{Consumer, Producer, Raw};
 use segment::Segment;
+use std::sync::{Arc, OnceLock};
 
 /// The provider name the rail reports (profiles, verbose lines).
 pub(crate) const PROVIDER: &str = "rustofi-shm";
@@ -146,8 +147,37 @@ pub(crate) struct ShmRail {
     peers: Vec<Option<Peer>>,
     /// Rings from inserted peers, with their local rank.
     rx: Vec<(usize, Consumer<Raw>)>,
+    /// The rings from inserted peers again, for threads that look for
+    /// packets without the progress token.
+    watch: Arc<RingWatch>,
     // Last: the rings above point into it.
-    seg: Segment,
+    seg: Arc<Segment>,
+}
+
+/// The receiving rings of a rank, readable by any thread: one slot per
+/// local rank, filled when that peer is inserted. It holds the segment,
+/// so its rings stay mapped as long as it lives.
+pub(crate) struct RingWatch {
+    rings: Box<[OnceLock<Raw>]>,
+    _seg: Arc<Segment>,
+}
+
+// SAFETY: a `Raw` names memory of the segment, which the watch keeps
+// mapped; the watch only reads it through atomics (`ring::looks_ready`),
+// as the ring protocol allows any reader to.
+unsafe impl Sync for RingWatch {}
+// SAFETY: as above; nothing in it is tied to a thread.
+unsafe impl Send for RingWatch {}
+
+impl RingWatch {
+    /// Whether some ring seems to hold a packet (a hint: see
+    /// [`ring::looks_ready`]).
+    #[inline]
+    pub(crate) fn any_ready(&self) -> bool {
+        self.rings
+            .iter()
+            .any(|r| r.get().is_some_and(ring::looks_ready))
+    }
 }
 
 impl ShmRail {
@@ -161,7 +191,7 @@ impl ShmRail {
         }
         let cma_off = cma::probe().err();
         let host = segment::host_id();
-        let seg = Segment::attach(job.jobid, host, job.size)?;
+        let seg = Arc::new(Segment::attach(job.jobid, host, job.size)?);
         let max = ring::max_packet(segment::RING_CELLS) - wire::EXT_LEN;
         let eager_limit = settings.eager_limit.unwrap_or(DEFAULT_EAGER).min(max);
         let buf_size = wire::BASE_LEN + eager_limit.max(wire::EXT_LEN - wire::BASE_LEN);
@@ -229,6 +259,10 @@ impl ShmRail {
             },
             peers: (0..job.size).map(|_| None).collect(),
             rx: Vec::new(),
+            watch: Arc::new(RingWatch {
+                rings: (0..job.size).map(|_| OnceLock::new()).collect(),
+                _seg: seg.clone(),
+            }),
             seg,
         })
     }
@@ -249,6 +283,11 @@ impl ShmRail {
     }
 
     /// The path the segment had, for the runtime's cleanup.
+    /// The rings, for threads without the progress token.
+    pub(crate) fn watch(&self) -> Arc<RingWatch> {
+        self.watch.clone()
+    }
+
     pub(crate) fn path(&self) -> &str {
         self.seg.path()
     }
@@ -296,8 +335,9 @@ impl ShmRail {
             tx: Producer::new(self.seg.ring(self.job.rank, r)),
             full: 0,
         });
-        self.rx
-            .push((r, Consumer::new(self.seg.ring(r, self.job.rank))));
+        let ring = self.seg.ring(r, self.job.rank);
+        self.rx.push((r, Consumer::new(ring)));
+        let _ = self.watch.rings[r].set(ring);
         Ok(FiAddr(r as u64))
     }
 

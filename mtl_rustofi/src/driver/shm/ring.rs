@@ -211,6 +211,19 @@ impl<C: Cells> Consumer<C> {
     }
 }
 
+/// Whether a packet (or a skip) waits at the consumer's published
+/// position of `mem`. A hint for a thread that does not own the consumer:
+/// the owner may be popping at the same time, so the answer can be stale
+/// either way, and nothing is read or released.
+#[inline]
+pub(crate) fn looks_ready<C: Cells>(mem: &C) -> bool {
+    let tail = mem.tail().load(Ordering::Acquire);
+    let w = mem
+        .word((tail % mem.count() as u64) as usize)
+        .load(Ordering::Acquire);
+    (w >> 32) as u32 == tail as u32 && w as u32 != 0
+}
+
 /// A ring in memory this process has mapped (the segment's).
 #[derive(Clone, Copy)]
 pub(crate) struct Raw {

@@ -177,6 +177,11 @@ impl Drop for Segment {
 // SAFETY: the mapping is plain memory reached through the ring protocol;
 // the segment is owned by the driver, which only the token holder uses.
 unsafe impl Send for Segment {}
+// SAFETY: shared, a segment only hands out ring addresses (`ring`, reading
+// fields set at attach); the memory behind them is reached through the
+// ring protocol's atomics, and it is unmapped only when the last owner
+// drops it.
+unsafe impl Sync for Segment {}
 
 #[cfg(all(test, not(loom)))]
 mod tests {
