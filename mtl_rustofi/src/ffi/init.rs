@@ -438,7 +438,7 @@ pub extern "C" fn rustofi_finalize() -> c_int {
         }
         // SAFETY: non-null pointers in COMPONENT are leaked Boxes.
         let c = unsafe { &*p };
-        let mut out = Vec::new();
+        let mut out = Finished::new();
         let drained = c.engine.quiesce(Duration::from_secs(10), &mut out);
         deliver(c, &mut out);
         if !drained {

@@ -17,7 +17,7 @@ pub use ops::*;
 pub use site::*;
 
 use crate::config::{self, RawParams};
-use crate::engine::{Completion, Engine, MessageHandle, ProbeInfo, Status};
+use crate::engine::{Completion, Engine, Finished, MessageHandle, ProbeInfo, Status};
 use crate::fabric::{Hints, InfoList};
 use crate::log::Topic;
 use crate::matching::Selector;
@@ -25,7 +25,6 @@ use crate::memrelease::ReleaseRing;
 use crate::params;
 use crate::proto::ids::PeerId;
 use crate::request::{MtlRequest, ReqPtr, Request, RustofiReqHead, REQUEST_EXTRA};
-use std::cell::RefCell;
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -133,10 +132,6 @@ struct Component {
 
 static COMPONENT: AtomicPtr<Component> = AtomicPtr::new(ptr::null_mut());
 
-thread_local! {
-    static SCRATCH: RefCell<Vec<Completion>> = const { RefCell::new(Vec::new()) };
-}
-
 const ERR: c_int = -1;
 
 /// Runs `f`, turning a panic into an error code and a message.
@@ -166,27 +161,21 @@ fn component() -> Option<&'static Component> {
 /// Runs an engine operation, then delivers the completions it produced
 /// once the progress token has been released (a callback may start new
 /// operations).
-fn with_engine(what: &str, f: impl FnOnce(&Engine, &mut Vec<Completion>) -> c_int) -> c_int {
+fn with_engine(what: &str, f: impl FnOnce(&Engine, &mut Finished) -> c_int) -> c_int {
     guard(what, || {
         let Some(c) = component() else {
             crate::log::error(&format!("{what} called before initialisation"));
             return ERR;
         };
-        let mut out = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        let mut out = Finished::new();
         let r = f(&c.engine, &mut out);
         deliver(c, &mut out);
-        SCRATCH.with(|s| {
-            let mut s = s.borrow_mut();
-            if s.capacity() < out.capacity() {
-                *s = out;
-            }
-        });
         r
     })
 }
 
-fn deliver(c: &Component, out: &mut Vec<Completion>) {
-    for comp in out.drain(..) {
+fn deliver(c: &Component, out: &mut Finished) {
+    out.deliver(|comp| {
         // SAFETY: each request pointer came from the shim for an operation
         // that is now complete; the callbacks are the shim's functions.
         unsafe {
@@ -220,7 +209,7 @@ fn deliver(c: &Component, out: &mut Vec<Completion>) {
                 }
             }
         }
-    }
+    });
 }
 
 fn opt_str<'a>(p: *const c_char) -> Option<&'a str> {

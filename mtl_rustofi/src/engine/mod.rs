@@ -9,21 +9,29 @@
 //! a completion callback may call back into the MTL.
 
 use crate::config::Settings;
-use crate::driver::{Caps, Driver, RingWatch, SameHost};
+use crate::driver::{Caps, Driver, SameHost};
 use crate::fabric::{FiError, InfoList};
 use crate::handoff::{Handoff, Poisoned};
-use crate::inbox::Batch;
 use crate::matching::Selector;
 use crate::memrelease::ReleaseRing;
-use crate::proto::ids::{PeerId, RailId};
-use crate::proto::SendArgs;
+use crate::proto::ids::PeerId;
 use crate::proto::{Core, CoreConfig, Out, Stats};
 pub(crate) use crate::proto::{Event as Completion, ProbeInfo, Status};
 pub(crate) use crate::request::MessageHandle;
 use crate::request::{Cmd, Op, ReqPtr};
 use crate::usermem::UserBuf;
 use crate::wire::{self, RailKind};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+pub(crate) use finished::Finished;
+
+mod apply;
+mod finished;
+mod idle;
+mod peers;
+
+use apply::{apply, apply_all, apply_op, progress};
+use idle::IdleWatch;
+use peers::add_peer;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -64,66 +72,6 @@ struct Clock {
 }
 
 const CLOCK_EVERY: u32 = 64;
-
-/// What lets a poll that would find nothing return before it takes the
-/// progress token: the token holder says, as it leaves, whether the core
-/// only waits for packets on the shared-memory rail (`ring_only`); a poll
-/// then returns if no command is queued and no ring holds a packet. Each
-/// answer may be stale (another thread may change either meanwhile), so
-/// one poll in `FULL_EVERY` goes the whole way regardless: a stale "idle"
-/// delays work by at most that many polls, and the liveness clock keeps
-/// running.
-struct IdleWatch {
-    rail: RailId,
-    rings: Arc<RingWatch>,
-    ring_only: AtomicBool,
-    /// Polls returned early since the last full one (a hint: plain load
-    /// and store, racing threads may lose counts).
-    skipped: AtomicU32,
-}
-
-const FULL_EVERY: u32 = 64;
-
-impl IdleWatch {
-    /// Whether a poll can return now.
-    #[inline]
-    fn skip(&self, inbox_empty: bool) -> bool {
-        if !self.ring_only.load(Ordering::Relaxed) || !inbox_empty {
-            return false;
-        }
-        let n = self.skipped.load(Ordering::Relaxed);
-        if n >= FULL_EVERY {
-            self.skipped.store(0, Ordering::Relaxed);
-            return false;
-        }
-        if self.rings.any_ready() {
-            return false;
-        }
-        self.skipped.store(n + 1, Ordering::Relaxed);
-        true
-    }
-
-    /// Notes, as the token holder leaves a progress round, what the next
-    /// poll may skip.
-    #[inline]
-    fn note(&self, st: &mut State) {
-        // The rails' own state says what a post left to do.
-        st.driver.take_posted_off_ring();
-        self.ring_only
-            .store(st.core.waits_only_on(self.rail), Ordering::Relaxed);
-    }
-
-    /// Notes, as the token holder leaves after starting operations, that
-    /// the next poll must not be skipped if they left work for a tick (a
-    /// queued packet, an open bundle) or posted to a libfabric rail.
-    /// Cheaper than `note`, which looks at every rail.
-    #[inline]
-    fn note_started(&self, st: &mut State) {
-        if st.driver.take_posted_off_ring() || !st.core.tick_is_empty() {
-            self.ring_only.store(false, Ordering::Relaxed);
-        }
-    }
-}
 
 pub(crate) struct Engine {
     handoff: Handoff<State, Cmd>,
@@ -272,14 +220,14 @@ impl Engine {
     /// Applies queued commands (and, with `poll`, drives the providers) if
     /// the progress token is free; returns at once otherwise. Returns the
     /// number of completions read from the providers.
-    fn combine(&self, out: &mut Vec<Completion>, poll: bool) -> usize {
+    fn combine(&self, out: &mut Finished, poll: bool) -> usize {
         let mut events = 0;
         self.handoff.combine(|st, batch| {
             if poll {
                 events += progress(st);
             }
             apply_all(st, batch);
-            take_events(out, &mut st.out.events);
+            out.take_from(&mut st.out.events);
             if let Some(w) = &self.idle {
                 if poll {
                     w.note(st);
@@ -296,7 +244,7 @@ impl Engine {
     ///
     /// # Safety
     /// `cmd` must stay valid and untouched until it has been applied.
-    unsafe fn submit(&self, cmd: *mut Cmd, out: &mut Vec<Completion>) -> Result<(), EngineError> {
+    unsafe fn submit(&self, cmd: *mut Cmd, out: &mut Finished) -> Result<(), EngineError> {
         // SAFETY: per the function contract.
         unsafe { self.handoff.push(cmd)? };
         self.combine(out, false);
@@ -307,7 +255,7 @@ impl Engine {
     /// progress) until it has been applied. Probes and cancels drive the
     /// providers first, so that they see every message that has arrived
     /// (an application may spin on MPI_Iprobe without any other progress).
-    fn submit_and_wait(&self, cmd: &mut Cmd, out: &mut Vec<Completion>) -> Result<(), EngineError> {
+    fn submit_and_wait(&self, cmd: &mut Cmd, out: &mut Finished) -> Result<(), EngineError> {
         self.combine(out, true);
         // SAFETY: `cmd` outlives this call, which returns only once the
         // command was applied (or the engine is poisoned, after which no
@@ -329,12 +277,12 @@ impl Engine {
         name: u64,
         modex: &[u8],
         local: bool,
-        out: &mut Vec<Completion>,
+        out: &mut Finished,
     ) -> Result<usize, EngineError> {
         let r = self.handoff.with_token(|st, batch| {
             apply_all(st, batch);
             let r = add_peer(st, name, modex, local);
-            out.append(&mut st.out.events);
+            out.take_from(&mut st.out.events);
             r
         })?;
         if !self.handoff.inbox_is_empty() {
@@ -359,7 +307,7 @@ impl Engine {
         len: usize,
         sync: bool,
         req: ReqPtr,
-        out: &mut Vec<Completion>,
+        out: &mut Finished,
     ) -> Result<(), EngineError> {
         // SAFETY: per the function contract (a send buffer is only read).
         let buf = unsafe { UserBuf::new(buf as *mut u8, len) };
@@ -388,7 +336,7 @@ impl Engine {
         buf: *mut u8,
         cap: usize,
         req: ReqPtr,
-        out: &mut Vec<Completion>,
+        out: &mut Finished,
     ) -> Result<(), EngineError> {
         // SAFETY: per the function contract.
         let buf = unsafe { UserBuf::new(buf, cap) };
@@ -418,7 +366,7 @@ impl Engine {
         buf: *mut u8,
         cap: usize,
         req: ReqPtr,
-        out: &mut Vec<Completion>,
+        out: &mut Finished,
     ) -> Result<(), EngineError> {
         // SAFETY: per the function contract.
         let buf = unsafe { UserBuf::new(buf, cap) };
@@ -432,12 +380,7 @@ impl Engine {
     ///
     /// # Safety
     /// `req` valid until completion.
-    unsafe fn start(
-        &self,
-        req: ReqPtr,
-        op: Op,
-        out: &mut Vec<Completion>,
-    ) -> Result<(), EngineError> {
+    unsafe fn start(&self, req: ReqPtr, op: Op, out: &mut Finished) -> Result<(), EngineError> {
         let ran = self.handoff.run_or_combine(|st, batch, first| {
             for cmd in batch {
                 apply(st, cmd);
@@ -448,7 +391,7 @@ impl Engine {
             if !st.out.actions.is_empty() {
                 st.driver.execute(&mut st.core, &mut st.out);
             }
-            take_events(out, &mut st.out.events);
+            out.take_from(&mut st.out.events);
             if let Some(w) = &self.idle {
                 w.note_started(st);
             }
@@ -469,7 +412,7 @@ impl Engine {
         &self,
         sel: Selector,
         from: Option<PeerId>,
-        out: &mut Vec<Completion>,
+        out: &mut Finished,
     ) -> Result<Option<ProbeInfo>, EngineError> {
         let mut cmd = Cmd::new(Op::Probe {
             sel,
@@ -489,7 +432,7 @@ impl Engine {
         &self,
         sel: Selector,
         from: Option<PeerId>,
-        out: &mut Vec<Completion>,
+        out: &mut Finished,
     ) -> Result<Option<(ProbeInfo, MessageHandle)>, EngineError> {
         let mut cmd = Cmd::new(Op::Probe {
             sel,
@@ -505,18 +448,14 @@ impl Engine {
 
     /// Cancels a queued receive. Returns true if it was cancelled (and a
     /// `Cancelled` completion was queued).
-    pub(crate) fn cancel(
-        &self,
-        req: ReqPtr,
-        out: &mut Vec<Completion>,
-    ) -> Result<bool, EngineError> {
+    pub(crate) fn cancel(&self, req: ReqPtr, out: &mut Finished) -> Result<bool, EngineError> {
         let mut cmd = Cmd::new(Op::Cancel { req });
         self.submit_and_wait(&mut cmd, out)?;
         Ok(cmd.cancelled)
     }
 
     /// Drives the providers once. Returns the number of completions.
-    pub(crate) fn progress(&self, out: &mut Vec<Completion>) -> usize {
+    pub(crate) fn progress(&self, out: &mut Finished) -> usize {
         self.combine(out, true)
     }
 
@@ -531,13 +470,13 @@ impl Engine {
 
     /// Waits (driving progress) until every transfer has finished, or the
     /// timeout passes (then says what is still pending).
-    pub(crate) fn quiesce(&self, timeout: Duration, out: &mut Vec<Completion>) -> bool {
+    pub(crate) fn quiesce(&self, timeout: Duration, out: &mut Finished) -> bool {
         let start = Instant::now();
         loop {
             let busy = self.handoff.with_token(|st, batch| {
                 apply_all(st, batch);
                 progress(st);
-                out.append(&mut st.out.events);
+                out.take_from(&mut st.out.events);
                 st.core.busy()
             });
             let Ok(busy) = busy else {
@@ -612,269 +551,6 @@ impl Engine {
             g(&s.stripe_bytes),
         )
     }
-}
-
-/// Moves finished requests to the caller (a swap when the caller has
-/// none yet, the common case).
-#[inline]
-fn take_events(out: &mut Vec<Completion>, events: &mut Vec<Completion>) {
-    if events.is_empty() {
-        return;
-    }
-    if out.is_empty() {
-        std::mem::swap(out, events);
-    } else {
-        out.append(events);
-    }
-}
-
-/// One round of progress: a tick, the completion queues, and a tick again
-/// when something completed (credits freed, queued operations can go).
-fn progress(st: &mut State) -> usize {
-    st.core.tick(&mut st.out);
-    if !st.out.actions.is_empty() {
-        st.driver.execute(&mut st.core, &mut st.out);
-    }
-    let n = st.driver.poll(&mut st.core, &mut st.out);
-    // After the poll: what arrived counts before peers are judged.
-    if st.clock.on {
-        st.clock.rounds = st.clock.rounds.wrapping_add(1);
-        if st.clock.rounds.is_multiple_of(CLOCK_EVERY) {
-            let now = st.clock.start.elapsed();
-            if st.clock.stall_reports {
-                if let Some(report) = st.core.tick_stall(now) {
-                    crate::log::line(&format!("{} mtl_rustofi: {report}", crate::log::prefix()));
-                }
-            }
-            st.core.tick_liveness(now, &mut st.out);
-            if !st.out.actions.is_empty() {
-                st.driver.execute(&mut st.core, &mut st.out);
-            }
-        }
-    }
-    if n > 0 {
-        st.core.tick(&mut st.out);
-        if !st.out.actions.is_empty() {
-            st.driver.execute(&mut st.core, &mut st.out);
-        }
-    }
-    n
-}
-
-#[inline(always)]
-fn apply_all(st: &mut State, batch: Batch<Cmd>) {
-    let mut any = false;
-    for cmd in batch {
-        apply(st, cmd);
-        any = true;
-    }
-    if any {
-        st.driver.execute(&mut st.core, &mut st.out);
-    }
-}
-
-/// Applies one command (token held).
-fn apply(st: &mut State, cmd: *mut Cmd) {
-    // SAFETY: a command taken from the inbox is valid until we set its
-    // `done` flag or complete its request; we copy the op first.
-    let op = unsafe { (*cmd).op };
-    let core = &mut st.core;
-    match op {
-        Op::Send { .. } | Op::Recv { .. } | Op::Mrecv { .. } => apply_op(st, op),
-        Op::Cancel { req } => {
-            // SAFETY: the request was started by this engine (the shim
-            // cancels only its own requests); token held.
-            let id = unsafe { req.post_id() };
-            let cancelled = id.is_some_and(|id| core.cancel(id, &mut st.out));
-            // SAFETY: the waiting caller reads the result after `done`.
-            unsafe {
-                (*cmd).cancelled = cancelled;
-                (*cmd).done.store(true, Ordering::Release);
-            }
-        }
-        Op::Probe { sel, from, remove } => {
-            let out = &mut st.out;
-            let found = if remove {
-                core.mprobe(&sel, from, out)
-                    .map(|f| f.map(|(info, id)| (info, Some(MessageHandle::from_id(id)))))
-            } else {
-                core.probe(&sel, from, out)
-                    .map(|f| f.map(|info| (info, None)))
-            };
-            // SAFETY: the waiting caller reads the result after `done`.
-            unsafe {
-                match found {
-                    Ok(found) => (*cmd).found = found,
-                    Err(e) => (*cmd).failed = Some(e.0),
-                }
-                (*cmd).done.store(true, Ordering::Release);
-            }
-        }
-    }
-}
-
-/// Applies a send or a receive (token held), whether it came through the
-/// inbox or straight from its caller.
-#[inline(always)]
-fn apply_op(st: &mut State, op: Op) {
-    let (core, out) = (&mut st.core, &mut st.out);
-    match op {
-        Op::Send {
-            peer,
-            ctx,
-            src,
-            tag,
-            sync,
-            buf,
-            req,
-        } => {
-            // SAFETY: the request is live (isend's contract) and the
-            // token is held; MPI_Cancel may ask about any request.
-            unsafe { req.set_post_id(None) };
-            let args = SendArgs {
-                peer,
-                ctx,
-                src,
-                tag,
-                buf,
-                sync,
-                req: req.id(),
-            };
-            if let Err(e) = core.send(args, out) {
-                crate::log::error(&e.0);
-                Stats::add(&core.stats().errors, 1);
-                out.events.push(Completion::Send {
-                    req: req.id(),
-                    status: Status::Failed,
-                });
-            }
-        }
-        Op::Recv {
-            sel,
-            from,
-            buf,
-            req,
-        } => {
-            let id = core.recv(sel, from, buf, req.id(), out);
-            // SAFETY: the request is live (irecv's contract) and the token
-            // is held. Written either way: a request applied directly was
-            // never initialised, and a stale ticket must not reach cancel.
-            unsafe { req.set_post_id(id) };
-        }
-        Op::Mrecv { msg, buf, req } => {
-            // SAFETY: as for a send.
-            unsafe { req.set_post_id(None) };
-            let r = match msg.id() {
-                Some(id) => core.mrecv(id, buf, req.id(), out),
-                None => Err(crate::proto::CoreError("a null message handle".into())),
-            };
-            if let Err(e) = r {
-                crate::log::error(&e.0);
-                Stats::add(&core.stats().errors, 1);
-                out.events.push(Completion::Recv {
-                    req: req.id(),
-                    src: -1,
-                    tag: -1,
-                    bytes: 0,
-                    status: Status::Failed,
-                });
-            }
-        }
-        Op::Cancel { .. } | Op::Probe { .. } => {
-            unreachable!("cancels and probes wait for their command")
-        }
-    }
-}
-
-fn add_peer(st: &mut State, name: u64, modex: &[u8], local: bool) -> Result<usize, EngineError> {
-    if let Some(p) = st.core.peer_by_name(name) {
-        return Ok(p.handle());
-    }
-    let info = wire::PeerInfo::decode(modex).map_err(EngineError)?;
-    // Both sides apply the same rule to the same facts (locality is
-    // symmetric, each publishes a shm address only if it opened a shm
-    // rail), so a pair always talks over the same rail both ways.
-    if local {
-        if let Some(rail) = st.driver.rail_of_kind(RailKind::Local) {
-            if let Some(remote) = info.rail(RailKind::Local) {
-                let l = st.driver.local_mut().expect("the local rail is open");
-                if let Some(addr) = l.insert_if_reachable(&remote.addr) {
-                    let p = st
-                        .core
-                        .add_peer(name, rail, addr?, remote.max_eager as usize);
-                    if info.pid != 0 {
-                        st.core.set_peer_pid(p, info.pid);
-                    }
-                    return Ok(p.handle());
-                }
-            }
-        }
-    }
-    let shm = st.driver.rail_of_kind(RailKind::Shm);
-    let (rail, remote) = match (local, shm, info.rail(RailKind::Shm)) {
-        (true, Some(r), Some(a)) => (r, a),
-        _ => match (
-            st.driver.rail_of_kind(RailKind::Net),
-            info.rail(RailKind::Net),
-        ) {
-            (Some(r), Some(a)) => (r, a),
-            (None, _) => return Err(EngineError(NO_NET_RAIL.into())),
-            (Some(_), None) => {
-                return Err(EngineError(
-                    "the peer opened no network rail (its job runs on one host \
-                     with no provider named): name one with mtl_rustofi_provider_include \
-                     in both jobs"
-                        .into(),
-                ))
-            }
-        },
-    };
-    let addr = st.driver.insert_peer(rail, &remote.addr)?;
-    let p = st
-        .core
-        .add_peer(name, rail, addr, remote.max_eager as usize);
-    if local && info.pid != 0 {
-        st.core.set_peer_pid(p, info.pid);
-    }
-    if st.driver.rail_of_kind(RailKind::Net) == Some(rail) {
-        add_stripes(st, p, &info)?;
-    }
-    Ok(p.handle())
-}
-
-/// Why a peer beyond this job's host cannot be reached.
-const NO_NET_RAIL: &str = "this process opened no network rail (every rank of its job \
-     runs on one host, served by the shared-memory rail, and no provider was named), so \
-     it cannot reach a process of another job or host: name a provider with \
-     mtl_rustofi_provider_include (e.g. tcp) to open one";
-
-/// Pairs a network peer's stripe endpoints with ours: the NICs both
-/// ranks have stripe endpoints on (neither side's own NIC), in name order,
-/// so that both sides list the same pairs in the same order (a striped
-/// RTS names the sender's buffer on each pair's endpoint by position).
-fn add_stripes(st: &mut State, peer: PeerId, info: &wire::PeerInfo) -> Result<(), EngineError> {
-    let mut pairs: Vec<(RailId, String, &[u8])> = st
-        .driver
-        .stripe_rails()
-        .into_iter()
-        .filter_map(|(rail, nic)| {
-            info.rails
-                .iter()
-                .find(|r| r.kind == RailKind::Stripe && r.nic == nic)
-                .map(|r| (rail, nic.to_string(), r.addr.as_slice()))
-        })
-        .collect();
-    pairs.sort_by(|a, b| a.1.cmp(&b.1));
-    tracing::debug!(
-        peer = peer.0,
-        pairs = pairs.len(),
-        "stripe endpoints paired"
-    );
-    for (index, (rail, _, remote)) in pairs.into_iter().enumerate() {
-        let addr = st.driver.insert_peer(rail, remote)?;
-        st.core.add_stripe(peer, index, rail, addr);
-    }
-    Ok(())
 }
 
 impl Drop for Engine {

@@ -1,0 +1,166 @@
+//! What the token holder does: apply commands to the core, let the driver
+//! execute the resulting actions, and drive progress.
+
+use super::{Completion, MessageHandle, State, Status, CLOCK_EVERY};
+use crate::inbox::Batch;
+use crate::proto::{SendArgs, Stats};
+use crate::request::{Cmd, Op};
+use std::sync::atomic::Ordering;
+
+/// One round of progress: a tick, the completion queues, and a tick again
+/// when something completed (credits freed, queued operations can go).
+pub(super) fn progress(st: &mut State) -> usize {
+    st.core.tick(&mut st.out);
+    if !st.out.actions.is_empty() {
+        st.driver.execute(&mut st.core, &mut st.out);
+    }
+    let n = st.driver.poll(&mut st.core, &mut st.out);
+    // After the poll: what arrived counts before peers are judged.
+    if st.clock.on {
+        st.clock.rounds = st.clock.rounds.wrapping_add(1);
+        if st.clock.rounds.is_multiple_of(CLOCK_EVERY) {
+            let now = st.clock.start.elapsed();
+            if st.clock.stall_reports {
+                if let Some(report) = st.core.tick_stall(now) {
+                    crate::log::line(&format!("{} mtl_rustofi: {report}", crate::log::prefix()));
+                }
+            }
+            st.core.tick_liveness(now, &mut st.out);
+            if !st.out.actions.is_empty() {
+                st.driver.execute(&mut st.core, &mut st.out);
+            }
+        }
+    }
+    if n > 0 {
+        st.core.tick(&mut st.out);
+        if !st.out.actions.is_empty() {
+            st.driver.execute(&mut st.core, &mut st.out);
+        }
+    }
+    n
+}
+
+#[inline(always)]
+pub(super) fn apply_all(st: &mut State, batch: Batch<Cmd>) {
+    let mut any = false;
+    for cmd in batch {
+        apply(st, cmd);
+        any = true;
+    }
+    if any {
+        st.driver.execute(&mut st.core, &mut st.out);
+    }
+}
+
+/// Applies one command (token held).
+pub(super) fn apply(st: &mut State, cmd: *mut Cmd) {
+    // SAFETY: a command taken from the inbox is valid until we set its
+    // `done` flag or complete its request; we copy the op first.
+    let op = unsafe { (*cmd).op };
+    let core = &mut st.core;
+    match op {
+        Op::Send { .. } | Op::Recv { .. } | Op::Mrecv { .. } => apply_op(st, op),
+        Op::Cancel { req } => {
+            // SAFETY: the request was started by this engine (the shim
+            // cancels only its own requests); token held.
+            let id = unsafe { req.post_id() };
+            let cancelled = id.is_some_and(|id| core.cancel(id, &mut st.out));
+            // SAFETY: the waiting caller reads the result after `done`.
+            unsafe {
+                (*cmd).cancelled = cancelled;
+                (*cmd).done.store(true, Ordering::Release);
+            }
+        }
+        Op::Probe { sel, from, remove } => {
+            let out = &mut st.out;
+            let found = if remove {
+                core.mprobe(&sel, from, out)
+                    .map(|f| f.map(|(info, id)| (info, Some(MessageHandle::from_id(id)))))
+            } else {
+                core.probe(&sel, from, out)
+                    .map(|f| f.map(|info| (info, None)))
+            };
+            // SAFETY: the waiting caller reads the result after `done`.
+            unsafe {
+                match found {
+                    Ok(found) => (*cmd).found = found,
+                    Err(e) => (*cmd).failed = Some(e.0),
+                }
+                (*cmd).done.store(true, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// Applies a send or a receive (token held), whether it came through the
+/// inbox or straight from its caller.
+#[inline(always)]
+pub(super) fn apply_op(st: &mut State, op: Op) {
+    let (core, out) = (&mut st.core, &mut st.out);
+    match op {
+        Op::Send {
+            peer,
+            ctx,
+            src,
+            tag,
+            sync,
+            buf,
+            req,
+        } => {
+            // SAFETY: the request is live (isend's contract) and the
+            // token is held; MPI_Cancel may ask about any request.
+            unsafe { req.set_post_id(None) };
+            let args = SendArgs {
+                peer,
+                ctx,
+                src,
+                tag,
+                buf,
+                sync,
+                req: req.id(),
+            };
+            if let Err(e) = core.send(args, out) {
+                crate::log::error(&e.0);
+                Stats::add(&core.stats().errors, 1);
+                out.events.push(Completion::Send {
+                    req: req.id(),
+                    status: Status::Failed,
+                });
+            }
+        }
+        Op::Recv {
+            sel,
+            from,
+            buf,
+            req,
+        } => {
+            let id = core.recv(sel, from, buf, req.id(), out);
+            // SAFETY: the request is live (irecv's contract) and the token
+            // is held. Written either way: a request applied directly was
+            // never initialised, and a stale ticket must not reach cancel.
+            unsafe { req.set_post_id(id) };
+        }
+        Op::Mrecv { msg, buf, req } => {
+            // SAFETY: as for a send.
+            unsafe { req.set_post_id(None) };
+            let r = match msg.id() {
+                Some(id) => core.mrecv(id, buf, req.id(), out),
+                None => Err(crate::proto::CoreError("a null message handle".into())),
+            };
+            if let Err(e) = r {
+                crate::log::error(&e.0);
+                Stats::add(&core.stats().errors, 1);
+                out.events.push(Completion::Recv {
+                    req: req.id(),
+                    src: -1,
+                    tag: -1,
+                    bytes: 0,
+                    status: Status::Failed,
+                });
+            }
+        }
+        Op::Cancel { .. } | Op::Probe { .. } => {
+            unreachable!("cancels and probes wait for their command")
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! Finished requests on their way from the token holder to its caller,
+//! who delivers them to Open MPI once the token is released (a completion
+//! callback may call back into the MTL).
+//!
+//! Most calls finish one or two requests, so the first few live in the
+//! caller's stack frame: no allocation, and no thread-local vector (in a
+//! shared library, each thread-local access is a call into the dynamic
+//! linker). Any beyond them go to a heap vector.
+
+use super::Completion;
+
+/// How many finished requests a call holds without allocating.
+const INLINE: usize = 4;
+
+pub(crate) struct Finished {
+    n: usize,
+    /// `None` (one tag byte each to write) up from `n`.
+    first: [Option<Completion>; INLINE],
+    more: Vec<Completion>,
+}
+
+impl Finished {
+    #[inline]
+    pub(crate) fn new() -> Finished {
+        Finished {
+            n: 0,
+            first: [None; INLINE],
+            more: Vec::new(),
+        }
+    }
+
+    /// Moves the core's finished requests here (the core keeps its
+    /// vector's capacity).
+    #[inline]
+    pub(crate) fn take_from(&mut self, events: &mut Vec<Completion>) {
+        for e in events.drain(..) {
+            if self.n < INLINE {
+                self.first[self.n] = Some(e);
+                self.n += 1;
+            } else {
+                self.more.push(e);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Hands the finished requests to `f` in the order they finished;
+    /// empties `self`.
+    #[inline]
+    pub(crate) fn deliver(&mut self, mut f: impl FnMut(Completion)) {
+        let n = std::mem::take(&mut self.n);
+        for c in self.first[..n].iter_mut() {
+            if let Some(c) = c.take() {
+                f(c);
+            }
+        }
+        if !self.more.is_empty() {
+            self.more.drain(..).for_each(f);
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::proto::ids::ReqId;
+    use crate::proto::Status;
+
+    #[test]
+    fn keeps_order_beyond_the_inline_slots() {
+        let mut f = Finished::new();
+        let mut core: Vec<Completion> = (0..20)
+            .map(|i| Completion::Send {
+                req: ReqId(i),
+                status: Status::Ok,
+            })
+            .collect();
+        f.take_from(&mut core);
+        assert!(core.is_empty() && core.capacity() >= 20);
+        core.push(Completion::Cancelled { req: ReqId(20) });
+        f.take_from(&mut core);
+        let mut got = Vec::new();
+        f.deliver(|c| {
+            got.push(match c {
+                Completion::Send { req, .. } | Completion::Cancelled { req } => req.0,
+                Completion::Recv { req, .. } => req.0,
+            })
+        });
+        assert_eq!(got, (0..21).collect::<Vec<_>>());
+        assert!(f.is_empty());
+        f.deliver(|_| panic!("delivered twice"));
+    }
+}

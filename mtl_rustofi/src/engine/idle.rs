@@ -1,0 +1,67 @@
+//! The quick look of an empty poll (see `mtl_rustofi/CONCURRENCY.md`).
+
+use super::State;
+use crate::driver::RingWatch;
+use crate::proto::ids::RailId;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// What lets a poll that would find nothing return before it takes the
+/// progress token: the token holder says, as it leaves, whether the core
+/// only waits for packets on the shared-memory rail (`ring_only`); a poll
+/// then returns if no command is queued and no ring holds a packet. Each
+/// answer may be stale (another thread may change either meanwhile), so
+/// one poll in `FULL_EVERY` goes the whole way regardless: a stale "idle"
+/// delays work by at most that many polls, and the liveness clock keeps
+/// running.
+pub(super) struct IdleWatch {
+    pub(super) rail: RailId,
+    pub(super) rings: Arc<RingWatch>,
+    pub(super) ring_only: AtomicBool,
+    /// Polls returned early since the last full one (a hint: plain load
+    /// and store, racing threads may lose counts).
+    pub(super) skipped: AtomicU32,
+}
+
+const FULL_EVERY: u32 = 64;
+
+impl IdleWatch {
+    /// Whether a poll can return now.
+    #[inline]
+    pub(super) fn skip(&self, inbox_empty: bool) -> bool {
+        if !self.ring_only.load(Ordering::Relaxed) || !inbox_empty {
+            return false;
+        }
+        let n = self.skipped.load(Ordering::Relaxed);
+        if n >= FULL_EVERY {
+            self.skipped.store(0, Ordering::Relaxed);
+            return false;
+        }
+        if self.rings.any_ready() {
+            return false;
+        }
+        self.skipped.store(n + 1, Ordering::Relaxed);
+        true
+    }
+
+    /// Notes, as the token holder leaves a progress round, what the next
+    /// poll may skip.
+    #[inline]
+    pub(super) fn note(&self, st: &mut State) {
+        // The rails' own state says what a post left to do.
+        st.driver.take_posted_off_ring();
+        self.ring_only
+            .store(st.core.waits_only_on(self.rail), Ordering::Relaxed);
+    }
+
+    /// Notes, as the token holder leaves after starting operations, that
+    /// the next poll must not be skipped if they left work for a tick (a
+    /// queued packet, an open bundle) or posted to a libfabric rail.
+    /// Cheaper than `note`, which looks at every rail.
+    #[inline]
+    pub(super) fn note_started(&self, st: &mut State) {
+        if st.driver.take_posted_off_ring() || !st.core.tick_is_empty() {
+            self.ring_only.store(false, Ordering::Relaxed);
+        }
+    }
+}
