@@ -104,7 +104,7 @@ impl Kind {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Header {
     pub kind: Kind,
     pub flags: u8,
@@ -125,31 +125,33 @@ pub(crate) struct Header {
 }
 
 /// Where a striped rendezvous buffer is read through each stripe endpoint
-/// of its sender: (remote address, RMA key), indexed by stripe.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// of its sender: (remote address, RMA key), indexed by stripe. Only a
+/// striped RTS has one, so the list lives on the heap and every other
+/// header stays small (headers are built, decoded and moved per message)
+/// and allocates nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Stripes {
-    n: u8,
-    at: [(u64, u64); MAX_STRIPES],
+    /// Empty (no allocation) on every header but a striped RTS.
+    at: Vec<(u64, u64)>,
 }
 
 impl Stripes {
     /// Appends the next stripe's (address, key); false when full.
     pub(crate) fn push(&mut self, addr: u64, key: u64) -> bool {
-        let Some(slot) = self.at.get_mut(self.n as usize) else {
+        if self.at.len() >= MAX_STRIPES {
             return false;
-        };
-        *slot = (addr, key);
-        self.n += 1;
+        }
+        self.at.push((addr, key));
         true
     }
 
     pub(crate) fn as_slice(&self) -> &[(u64, u64)] {
-        &self.at[..self.n as usize]
+        &self.at
     }
 
     /// Bytes the stripe list adds to an RTS.
     pub(crate) fn wire_len(&self) -> usize {
-        8 + 16 * self.n as usize
+        8 + 16 * self.as_slice().len()
     }
 }
 
@@ -601,7 +603,7 @@ mod tests {
     fn coalesced_packet_walks_and_rejects_overruns() {
         let mut a = sample(Kind::Eager);
         a.flags = 0;
-        let mut b = a;
+        let mut b = a.clone();
         b.seq = 9;
         b.len = 3;
         let mut pkt = vec![0u8; 2 * BASE_LEN + 5 + 3];
@@ -701,8 +703,8 @@ mod tests {
         h.ext1 = 77;
         let mut pkt = vec![0u8; EXT_LEN + 5];
         assert_eq!(h.encode(&mut pkt), EXT_LEN);
-        assert_eq!(Header::decode(&pkt), Ok(h));
-        assert_eq!(Header::decode_prefix(&pkt), Ok((h, EXT_LEN + 5)));
+        assert_eq!(Header::decode(&pkt), Ok(h.clone()));
+        assert_eq!(Header::decode_prefix(&pkt), Ok((h.clone(), EXT_LEN + 5)));
         // The payload must be exactly `len` bytes.
         for n in [EXT_LEN + 4, EXT_LEN + 6] {
             let mut p = vec![0u8; n];

@@ -222,13 +222,14 @@ impl Core {
                     return;
                 }
                 let mut ready = Vec::new();
+                let seq = hdr.seq;
                 let held = Held {
                     hdr,
                     data: payload.to_vec(),
                 };
-                if p.order.accept(hdr.seq, held, &mut ready).is_err() {
+                if p.order.accept(seq, held, &mut ready).is_err() {
                     self.count_error();
-                    self.error(&format!("dropped a duplicate packet (seq {})", hdr.seq));
+                    self.error(&format!("dropped a duplicate packet (seq {seq})"));
                     return;
                 }
                 for h in ready {

@@ -205,7 +205,10 @@ impl Core {
                 data: payload.to_vec(),
                 sync,
             },
-            _ => Unexpected::Rts { peer, hdr: *hdr },
+            _ => Unexpected::Rts {
+                peer,
+                hdr: hdr.clone(),
+            },
         };
         self.stats.unexpected_now.up(1);
         self.stats.unexpected_bytes_now.up(u.len());

@@ -47,7 +47,7 @@ pub(super) struct SendRndv {
     pub(super) msg: Option<MsgSend>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum SendState {
     /// The RTS waits for the buffer's registration (its key goes in it).
     Registering(Header),
@@ -212,9 +212,10 @@ impl Core {
             self.release_user(mr, out);
             return;
         };
-        let SendState::Registering(mut hdr) = s.state else {
+        let SendState::Registering(hdr) = &s.state else {
             return;
         };
+        let mut hdr = hdr.clone();
         let peer = s.peer;
         let len = s.buf.len();
         let rail = self.peers[peer.index()].rail;
@@ -268,9 +269,10 @@ impl Core {
         let Some(s) = self.rndv_send.get_mut(&cookie) else {
             return;
         };
-        let SendState::Registering(mut hdr) = s.state else {
+        let SendState::Registering(hdr) = &s.state else {
             return;
         };
+        let mut hdr = hdr.clone();
         let (i, region) = (s.reg_done - 1, s.buf.region());
         if let Some(lane) = s.lanes.get(i) {
             let rail = lane.rail;
@@ -311,7 +313,7 @@ impl Core {
         match self
             .rndv_send
             .get(&cookie)
-            .map(|s| (s.peer, s.state, s.outstanding))
+            .map(|s| (s.peer, s.state.clone(), s.outstanding))
         {
             Some((p, SendState::AwaitReply, 0)) if p == peer => {
                 if failed {
