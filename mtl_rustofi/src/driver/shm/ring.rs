@@ -35,7 +35,9 @@ pub(crate) const fn cells(len: usize) -> usize {
     (WORD + len).div_ceil(CELL)
 }
 
-/// The memory of one ring: `count` cells and the consumer's `tail`.
+/// The memory of one ring: `count` cells (a power of two, so that a
+/// position maps to its cell with a mask, not a division) and the
+/// consumer's `tail`.
 ///
 /// # Safety
 /// `word(i)` must return the atomic first word of cell `i` for every
@@ -55,6 +57,13 @@ pub(crate) unsafe trait Cells {
     /// # Safety
     /// The cells must hold a published packet not yet released.
     unsafe fn read<R>(&self, cell: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R;
+}
+
+/// The cell of position `pos` in a ring of `count` cells.
+#[inline]
+fn cell_of(pos: u64, count: usize) -> usize {
+    debug_assert!(count.is_power_of_two());
+    (pos & (count as u64 - 1)) as usize
 }
 
 /// The ring is full: try again after the consumer has made room.
@@ -84,6 +93,10 @@ pub(crate) struct Producer<C> {
 
 impl<C: Cells> Producer<C> {
     pub(crate) fn new(mem: C) -> Self {
+        assert!(
+            mem.count().is_power_of_two(),
+            "a ring's cells are a power of two"
+        );
         Producer {
             mem,
             head: 0,
@@ -100,7 +113,7 @@ impl<C: Cells> Producer<C> {
         let count = self.mem.count();
         debug_assert!(len > 0 && len <= max_packet(count));
         let n = cells(len);
-        let at = (self.head % count as u64) as usize;
+        let at = cell_of(self.head, count);
         let pad = if n > count - at { count - at } else { 0 };
         let need = (pad + n) as u64;
         if count as u64 - (self.head - self.tail_seen) < need {
@@ -115,7 +128,7 @@ impl<C: Cells> Producer<C> {
                 .store(stamp(self.head, SKIP), Ordering::Release);
             self.head += pad as u64;
         }
-        let at = (self.head % count as u64) as usize;
+        let at = cell_of(self.head, count);
         // SAFETY: cells [at, at + n) lie between head and tail + count,
         // which the consumer has released (acquire load of tail above, or
         // an earlier one covering them).
@@ -149,6 +162,10 @@ pub(crate) struct Consumer<C> {
 
 impl<C: Cells> Consumer<C> {
     pub(crate) fn new(mem: C) -> Self {
+        assert!(
+            mem.count().is_power_of_two(),
+            "a ring's cells are a power of two"
+        );
         Consumer {
             mem,
             tail: 0,
@@ -164,7 +181,7 @@ impl<C: Cells> Consumer<C> {
             return Ok(false);
         }
         let count = self.mem.count();
-        let mut at = (self.tail % count as u64) as usize;
+        let mut at = cell_of(self.tail, count);
         let mut w = self.mem.word(at).load(Ordering::Acquire);
         if !self.ready(w) {
             return Ok(false);
@@ -218,9 +235,7 @@ impl<C: Cells> Consumer<C> {
 #[inline]
 pub(crate) fn looks_ready<C: Cells>(mem: &C) -> bool {
     let tail = mem.tail().load(Ordering::Acquire);
-    let w = mem
-        .word((tail % mem.count() as u64) as usize)
-        .load(Ordering::Acquire);
+    let w = mem.word(cell_of(tail, mem.count())).load(Ordering::Acquire);
     (w >> 32) as u32 == tail as u32 && w as u32 != 0
 }
 

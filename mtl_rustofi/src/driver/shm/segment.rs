@@ -21,6 +21,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Cells per ring: 128 KiB, eight of the largest eager packets.
 pub(crate) const RING_CELLS: usize = 2048;
+const _: () = assert!(
+    RING_CELLS.is_power_of_two(),
+    "rings index cells with a mask"
+);
 /// Bytes of the header (the attach count on a line of its own).
 const HEADER: usize = 4096;
 /// Bytes of one ring: the consumer's tail line, then the cells.
