@@ -30,9 +30,11 @@
 //!   `(ctx, src, tag)`; each bin is a `VecDeque` in posting order, so the head
 //!   of a bin is the earliest posted receive for that exact envelope;
 //! * wildcard receives (`Source::Any` and/or `Tag::Any`) live in one
-//!   `BTreeMap<seq, entry>` per context, in posting order;
-//! * an index `PostId -> location` (bin key or wildcard context) lets
-//!   [`Matcher::cancel`] find the entry without scanning other bins.
+//!   `BTreeMap<seq, entry>` per context, in posting order; a count of them
+//!   lets an arrival skip the wildcard lists altogether while there are none;
+//! * a [`PostId`] carries its receive's location (bin key or wildcard
+//!   context) besides its sequence number, so [`Matcher::cancel`] finds the
+//!   entry without an index and without scanning other bins.
 //!
 //! Unexpected side:
 //!
@@ -41,18 +43,21 @@
 //!   envelope, which is the answer for any fully specific selector;
 //! * one arrival-ordered index `BTreeMap<arrival_seq, (src, tag)>` per context
 //!   serves wildcard receives and probes, which scan it in order for the first
-//!   eligible entry and then pop the head of the corresponding bin.
+//!   eligible entry and then pop the head of the corresponding bin;
+//! * a post, probe or take looks nothing up while no message is queued.
 //!
 //! A message removed through either path is removed from both structures.
-//! Bins, per-context lists and per-context indices are deleted as soon as they
-//! become empty, so memory is proportional to the number of queued entries and
-//! does not grow with the number of distinct envelopes ever seen.
+//! Bins, per-context lists and per-context indices live in [`bins::Bins`]:
+//! one that becomes empty stays in place for the next entry with the same key
+//! (so a receive posted and matched per message costs one lookup each way and
+//! no allocation), but at most [`bins::PARKED`] empty ones per map are kept,
+//! so memory is proportional to the number of queued entries plus a constant
+//! and does not grow with the number of distinct envelopes ever seen.
 //!
 //! Per-entry bookkeeping: a posted specific receive costs one bin slot
-//! (`seq` + payload) and one index entry; a posted wildcard receive costs one
-//! B-tree entry (`seq`, source, tag, payload) and one index entry; an
-//! unexpected message costs one bin slot (`seq` + payload) and one B-tree
-//! entry (`seq`, source, tag).
+//! (`seq` + payload); a posted wildcard receive costs one B-tree entry
+//! (`seq`, source, tag, payload); an unexpected message costs one bin slot
+//! (`seq` + payload) and one B-tree entry (`seq`, source, tag).
 //!
 //! # Complexity
 //!
@@ -74,10 +79,12 @@
 //! A fully specific lookup therefore never depends on the depth of other bins
 //! or of other contexts.
 
-use std::collections::{BTreeMap, VecDeque};
+mod bins;
 
-use hashbrown::hash_map::Entry;
-use hashbrown::HashMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::hash::{Hash, Hasher};
+
+use bins::Bins;
 
 /// Open MPI's raw value for `MPI_ANY_SOURCE` and `MPI_ANY_TAG`.
 ///
@@ -86,7 +93,7 @@ use hashbrown::HashMap;
 pub const ANY: i32 = -1;
 
 /// Envelope of an incoming message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Envelope {
     /// Communicator context id.
     pub ctx: u32,
@@ -125,22 +132,36 @@ pub struct Selector {
     pub tag: Tag,
 }
 
-/// Identifier of a queued posted receive, used for cancellation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PostId(pub u64);
+/// Identifier of a queued posted receive, used for cancellation: its
+/// posting sequence number (never reused) and where it is queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PostId {
+    seq: u64,
+    at: Loc,
+}
 
-/// Bin key: `(ctx, src, tag)`.
-type Key = (u32, i32, i32);
+/// Bin key: the envelope itself.
+type Key = Envelope;
+
+/// Hashed as one 128-bit word, which [`bins::KeyHash`] mixes with a single
+/// multiply.
+impl Hash for Envelope {
+    #[inline]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let ctx_src = (u64::from(self.ctx) << 32) | u64::from(self.src as u32);
+        state.write_u128((u128::from(ctx_src) << 64) | u128::from(self.tag as u32));
+    }
+}
 
 impl Envelope {
     #[inline]
     fn key(&self) -> Key {
-        (self.ctx, self.src, self.tag)
+        *self
     }
 
     #[inline]
-    fn from_key((ctx, src, tag): Key) -> Self {
-        Envelope { ctx, src, tag }
+    fn from_key(key: Key) -> Self {
+        key
     }
 }
 
@@ -188,7 +209,11 @@ impl Selector {
     #[inline]
     fn specific_key(&self) -> Option<Key> {
         match (self.src, self.tag) {
-            (Source::Rank(s), Tag::Value(t)) => Some((self.ctx, s, t)),
+            (Source::Rank(src), Tag::Value(tag)) => Some(Envelope {
+                ctx: self.ctx,
+                src,
+                tag,
+            }),
             _ => None,
         }
     }
@@ -208,7 +233,7 @@ struct WildPosted<R> {
 }
 
 /// Where a queued posted receive lives.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Loc {
     Specific(Key),
     Wild(u32),
@@ -220,10 +245,10 @@ struct Unexpected<U> {
     u: U,
 }
 
-type PostedBins<R> = HashMap<Key, VecDeque<Posted<R>>>;
-type WildLists<R> = HashMap<u32, BTreeMap<u64, WildPosted<R>>>;
-type UnexpectedBins<U> = HashMap<Key, VecDeque<Unexpected<U>>>;
-type ArrivalIndex = HashMap<u32, BTreeMap<u64, (i32, i32)>>;
+type PostedBins<R> = Bins<Key, VecDeque<Posted<R>>>;
+type WildLists<R> = Bins<u32, BTreeMap<u64, WildPosted<R>>>;
+type UnexpectedBins<U> = Bins<Key, VecDeque<Unexpected<U>>>;
+type ArrivalIndex = Bins<u32, BTreeMap<u64, (i32, i32)>>;
 
 /// Posted-receive and unexpected-message queues with MPI matching order.
 ///
@@ -234,27 +259,13 @@ pub struct Matcher<R, U> {
     next_arrival: u64,
     posted_bins: PostedBins<R>,
     posted_wild: WildLists<R>,
-    posted_index: HashMap<PostId, Loc>,
+    /// Queued posted receives, wildcards included.
+    posted_count: usize,
+    /// Queued wildcard receives, all contexts.
+    wild_count: usize,
     unexpected_bins: UnexpectedBins<U>,
     unexpected_order: ArrivalIndex,
     unexpected_count: usize,
-    /// Emptied bins kept for reuse (bounded by [`SPARE_BINS`]), so that a
-    /// receive posted into an empty bin, or a message arriving into one,
-    /// allocates nothing.
-    spare_posted: Vec<VecDeque<Posted<R>>>,
-    spare_unexpected: Vec<VecDeque<Unexpected<U>>>,
-}
-
-/// Most emptied bins of each kind kept for reuse.
-const SPARE_BINS: usize = 64;
-/// Emptied bins larger than this many slots are freed, not kept.
-const SPARE_BIN_MAX_CAP: usize = 32;
-
-fn recycle<T>(spare: &mut Vec<VecDeque<T>>, bin: VecDeque<T>) {
-    debug_assert!(bin.is_empty());
-    if spare.len() < SPARE_BINS && bin.capacity() <= SPARE_BIN_MAX_CAP {
-        spare.push(bin);
-    }
 }
 
 impl<R, U> Default for Matcher<R, U> {
@@ -263,44 +274,70 @@ impl<R, U> Default for Matcher<R, U> {
     }
 }
 
+/// Whether posted bin `bin` holds receive `seq`. Bins are appended in
+/// increasing `seq` order and matched from the front, so a receive matched
+/// already is usually rejected by the first comparison.
+#[inline]
+fn bin_holds<R>(bin: &VecDeque<Posted<R>>, seq: u64) -> bool {
+    bin.front().is_some_and(|head| head.seq <= seq)
+        && bin.binary_search_by_key(&seq, |p| p.seq).is_ok()
+}
+
+/// Sequence number of the earliest wildcard receive in `lists` that was
+/// posted before `limit` (if any) and accepts `env`.
+#[inline]
+fn first_wild<R>(lists: &WildLists<R>, env: &Envelope, limit: Option<u64>) -> Option<u64> {
+    let list = lists.get(&env.ctx)?;
+    let earlier = match limit {
+        Some(limit) => list.range(..limit),
+        None => list.range(..),
+    };
+    earlier
+        .filter(|(_, w)| src_tag_match(w.src, w.tag, env.src, env.tag))
+        .map(|(&seq, _)| seq)
+        .next()
+}
+
 impl<R, U> Matcher<R, U> {
     /// Creates an empty matcher.
     pub fn new() -> Self {
         Matcher {
             next_post: 0,
             next_arrival: 0,
-            posted_bins: HashMap::new(),
-            posted_wild: HashMap::new(),
-            posted_index: HashMap::new(),
-            unexpected_bins: HashMap::new(),
-            unexpected_order: HashMap::new(),
+            posted_bins: Bins::new(),
+            posted_wild: Bins::new(),
+            posted_count: 0,
+            wild_count: 0,
+            unexpected_bins: Bins::new(),
+            unexpected_order: Bins::new(),
             unexpected_count: 0,
-            spare_posted: Vec::new(),
-            spare_unexpected: Vec::new(),
         }
     }
 
     /// Post a receive. Ok((r, env, u)) if it matched an unexpected message
     /// (removed from the queue); Err(id) if queued.
     pub fn post(&mut self, sel: Selector, r: R) -> Result<(R, Envelope, U), PostId> {
-        if let Some((seq, key)) = self.find_unexpected(&sel) {
-            let u = self.remove_unexpected(seq, key);
-            return Ok((r, Envelope::from_key(key), u));
+        if self.unexpected_count != 0 {
+            if let Some((seq, key)) = self.find_unexpected(&sel) {
+                let u = self.remove_unexpected(seq, key);
+                return Ok((r, Envelope::from_key(key), u));
+            }
         }
         let seq = self.next_post;
         self.next_post += 1;
-        let id = PostId(seq);
+        self.posted_count += 1;
         match sel.specific_key() {
             Some(key) => {
-                let spare = &mut self.spare_posted;
                 self.posted_bins
-                    .entry(key)
-                    .or_insert_with(|| spare.pop().unwrap_or_default())
+                    .get_or_insert(key)
                     .push_back(Posted { seq, r });
-                self.posted_index.insert(id, Loc::Specific(key));
+                Err(PostId {
+                    seq,
+                    at: Loc::Specific(key),
+                })
             }
             None => {
-                self.posted_wild.entry(sel.ctx).or_default().insert(
+                self.posted_wild.get_or_insert(sel.ctx).insert(
                     seq,
                     WildPosted {
                         src: sel.src,
@@ -308,10 +345,13 @@ impl<R, U> Matcher<R, U> {
                         r,
                     },
                 );
-                self.posted_index.insert(id, Loc::Wild(sel.ctx));
+                self.wild_count += 1;
+                Err(PostId {
+                    seq,
+                    at: Loc::Wild(sel.ctx),
+                })
             }
         }
-        Err(id)
     }
 
     /// A message arrived. Some((r, u)) if it matched a posted receive
@@ -333,44 +373,32 @@ impl<R, U> Matcher<R, U> {
     /// `arrive`.
     pub fn take_posted(&mut self, env: &Envelope) -> Option<R> {
         let key = env.key();
-        let specific_seq = self
-            .posted_bins
-            .get(&key)
-            .and_then(VecDeque::front)
-            .map(|p| p.seq);
-        // Only wildcards posted before the specific candidate can win.
-        let wild_seq = self.posted_wild.get(&env.ctx).and_then(|list| {
-            let earlier = match specific_seq {
-                Some(limit) => list.range(..limit),
-                None => list.range(..),
-            };
-            earlier
-                .filter(|(_, w)| src_tag_match(w.src, w.tag, env.src, env.tag))
-                .map(|(&seq, _)| seq)
-                .next()
-        });
-
-        if let Some(seq) = wild_seq {
-            return Some(self.remove_wild_posted(env.ctx, seq));
+        let bin = self.posted_bins.get_mut(&key);
+        if self.wild_count != 0 {
+            let specific_seq = bin.as_ref().and_then(|b| b.c.front()).map(|p| p.seq);
+            // Only wildcards posted before the specific candidate can win.
+            if let Some(seq) = first_wild(&self.posted_wild, env, specific_seq) {
+                return Some(self.remove_wild_posted(env.ctx, seq));
+            }
         }
-        if specific_seq.is_some() {
-            return Some(self.pop_specific_posted(key));
+        let bin = bin?;
+        let head = bin.c.pop_front()?;
+        if bin.newly_empty() {
+            self.posted_bins.park(key);
         }
-        None
+        self.posted_count -= 1;
+        Some(head.r)
     }
 
     fn push_unexpected(&mut self, env: Envelope, u: U) {
         let key = env.key();
         let seq = self.next_arrival;
         self.next_arrival += 1;
-        let spare = &mut self.spare_unexpected;
         self.unexpected_bins
-            .entry(key)
-            .or_insert_with(|| spare.pop().unwrap_or_default())
+            .get_or_insert(key)
             .push_back(Unexpected { seq, u });
         self.unexpected_order
-            .entry(env.ctx)
-            .or_default()
+            .get_or_insert(env.ctx)
             .insert(seq, (env.src, env.tag));
         self.unexpected_count += 1;
     }
@@ -392,46 +420,61 @@ impl<R, U> Matcher<R, U> {
         Some((Envelope::from_key(key), u))
     }
 
-    /// Removes a still-queued posted receive. `None` if `id` is unknown,
-    /// already matched, cancelled or drained.
+    /// Removes a still-queued posted receive. `None` if `id` is already
+    /// matched, cancelled or drained.
     pub fn cancel(&mut self, id: PostId) -> Option<R> {
-        match self.posted_index.remove(&id)? {
+        if self.posted_count == 0 {
+            return None;
+        }
+        let r = match id.at {
             Loc::Specific(key) => {
-                let Entry::Occupied(mut bin) = self.posted_bins.entry(key) else {
-                    debug_assert!(false, "posted index points at a missing bin");
+                let bin = self.posted_bins.get_mut(&key)?;
+                if !bin_holds(&bin.c, id.seq) {
                     return None;
-                };
-                // Bins are appended in increasing `seq` order.
-                let pos = bin.get().binary_search_by_key(&id.0, |p| p.seq).ok()?;
-                let posted = bin.get_mut().remove(pos)?;
-                if bin.get().is_empty() {
-                    recycle(&mut self.spare_posted, bin.remove());
                 }
-                Some(posted.r)
+                let pos = bin.c.binary_search_by_key(&id.seq, |p| p.seq).ok()?;
+                let posted = bin.c.remove(pos)?;
+                if bin.newly_empty() {
+                    self.posted_bins.park(key);
+                }
+                posted.r
             }
             Loc::Wild(ctx) => {
-                let Entry::Occupied(mut list) = self.posted_wild.entry(ctx) else {
-                    debug_assert!(false, "posted index points at a missing list");
-                    return None;
-                };
-                let w = list.get_mut().remove(&id.0)?;
-                if list.get().is_empty() {
-                    list.remove();
+                let list = self.posted_wild.get_mut(&ctx)?;
+                let w = list.c.remove(&id.seq)?;
+                if list.newly_empty() {
+                    self.posted_wild.park(ctx);
                 }
-                Some(w.r)
+                self.wild_count -= 1;
+                w.r
             }
-        }
+        };
+        self.posted_count -= 1;
+        Some(r)
     }
 
     /// Whether a posted receive is still queued (not matched, cancelled
     /// or drained).
+    #[inline]
     pub fn is_posted(&self, id: PostId) -> bool {
-        self.posted_index.contains_key(&id)
+        if self.posted_count == 0 {
+            return false;
+        }
+        match id.at {
+            Loc::Specific(key) => self
+                .posted_bins
+                .get(&key)
+                .is_some_and(|bin| bin_holds(bin, id.seq)),
+            Loc::Wild(ctx) => self
+                .posted_wild
+                .get(&ctx)
+                .is_some_and(|list| list.contains_key(&id.seq)),
+        }
     }
 
     /// Number of queued posted receives.
     pub fn posted_len(&self) -> usize {
-        self.posted_index.len()
+        self.posted_count
     }
 
     /// Number of queued unexpected messages.
@@ -444,26 +487,7 @@ impl<R, U> Matcher<R, U> {
     ///
     /// Receives are returned in posting order, messages in arrival order.
     pub fn drain_ctx(&mut self, ctx: u32) -> (Vec<R>, Vec<(Envelope, U)>) {
-        let mut posted: Vec<(u64, R)> = Vec::new();
-        for (_, bin) in self.posted_bins.extract_if(|k, _| k.0 == ctx) {
-            posted.extend(bin.into_iter().map(|p| (p.seq, p.r)));
-        }
-        if let Some(list) = self.posted_wild.remove(&ctx) {
-            posted.extend(list.into_iter().map(|(seq, w)| (seq, w.r)));
-        }
-        for (seq, _) in &posted {
-            self.posted_index.remove(&PostId(*seq));
-        }
-
-        let mut unexpected: Vec<(u64, Envelope, U)> = Vec::new();
-        for (key, bin) in self.unexpected_bins.extract_if(|k, _| k.0 == ctx) {
-            let env = Envelope::from_key(key);
-            unexpected.extend(bin.into_iter().map(|e| (e.seq, env, e.u)));
-        }
-        self.unexpected_order.remove(&ctx);
-        self.unexpected_count -= unexpected.len();
-
-        Self::finish_drain(posted, unexpected)
+        self.drain_where(|c| c == ctx)
     }
 
     /// Remove and return every posted receive and unexpected message of every
@@ -472,22 +496,34 @@ impl<R, U> Matcher<R, U> {
     /// Receives are returned in posting order, messages in arrival order.
     /// Sequence counters are not reset, so earlier [`PostId`]s stay invalid.
     pub fn drain_all(&mut self) -> (Vec<R>, Vec<(Envelope, U)>) {
-        let mut posted: Vec<(u64, R)> = Vec::with_capacity(self.posted_index.len());
-        for (_, bin) in self.posted_bins.drain() {
-            posted.extend(bin.into_iter().map(|p| (p.seq, p.r)));
-        }
-        for (_, list) in self.posted_wild.drain() {
-            posted.extend(list.into_iter().map(|(seq, w)| (seq, w.r)));
-        }
-        self.posted_index.clear();
+        self.drain_where(|_| true)
+    }
 
-        let mut unexpected: Vec<(u64, Envelope, U)> = Vec::with_capacity(self.unexpected_count);
-        for (key, bin) in self.unexpected_bins.drain() {
-            let env = Envelope::from_key(key);
-            unexpected.extend(bin.into_iter().map(|e| (e.seq, env, e.u)));
-        }
-        self.unexpected_order.clear();
-        self.unexpected_count = 0;
+    /// Drains the contexts that satisfy `pred`.
+    fn drain_where(&mut self, pred: impl Fn(u32) -> bool) -> (Vec<R>, Vec<(Envelope, U)>) {
+        let mut posted: Vec<(u64, R)> = Vec::new();
+        self.posted_bins.drain_where(
+            |k| pred(k.ctx),
+            |_, bin| posted.extend(bin.into_iter().map(|p| (p.seq, p.r))),
+        );
+        let specific = posted.len();
+        self.posted_wild.drain_where(
+            |&c| pred(c),
+            |_, list| posted.extend(list.into_iter().map(|(seq, w)| (seq, w.r))),
+        );
+        self.wild_count -= posted.len() - specific;
+        self.posted_count -= posted.len();
+
+        let mut unexpected: Vec<(u64, Envelope, U)> = Vec::new();
+        self.unexpected_bins.drain_where(
+            |k| pred(k.ctx),
+            |key, bin| {
+                let env = Envelope::from_key(key);
+                unexpected.extend(bin.into_iter().map(|e| (e.seq, env, e.u)));
+            },
+        );
+        self.unexpected_order.drain_where(|&c| pred(c), |_, _| {});
+        self.unexpected_count -= unexpected.len();
 
         Self::finish_drain(posted, unexpected)
     }
@@ -507,7 +543,11 @@ impl<R, U> Matcher<R, U> {
 
     /// Arrival sequence number and bin key of the earliest-arrived queued
     /// unexpected message eligible for `sel`.
+    #[inline]
     fn find_unexpected(&self, sel: &Selector) -> Option<(u64, Key)> {
+        if self.unexpected_count == 0 {
+            return None;
+        }
         match sel.specific_key() {
             Some(key) => self
                 .unexpected_bins
@@ -519,29 +559,33 @@ impl<R, U> Matcher<R, U> {
                 .get(&sel.ctx)?
                 .iter()
                 .find(|&(_, &(src, tag))| src_tag_match(sel.src, sel.tag, src, tag))
-                .map(|(&seq, &(src, tag))| (seq, (sel.ctx, src, tag))),
+                .map(|(&seq, &(src, tag))| {
+                    let ctx = sel.ctx;
+                    (seq, Envelope { ctx, src, tag })
+                }),
         }
     }
 
     /// Removes the head of unexpected bin `key` (whose arrival number is
     /// `seq`) from the bin and from the context's arrival index.
     fn remove_unexpected(&mut self, seq: u64, key: Key) -> U {
-        let Entry::Occupied(mut bin) = self.unexpected_bins.entry(key) else {
-            unreachable!("unexpected message without a bin");
-        };
+        let bin = self
+            .unexpected_bins
+            .get_mut(&key)
+            .expect("unexpected message without a bin");
         let head = bin
-            .get_mut()
+            .c
             .pop_front()
-            .expect("unexpected bins are never empty");
+            .expect("the message found is queued in its bin");
         debug_assert_eq!(head.seq, seq);
-        if bin.get().is_empty() {
-            recycle(&mut self.spare_unexpected, bin.remove());
+        if bin.newly_empty() {
+            self.unexpected_bins.park(key);
         }
-        if let Entry::Occupied(mut order) = self.unexpected_order.entry(key.0) {
-            let removed = order.get_mut().remove(&head.seq);
+        if let Some(order) = self.unexpected_order.get_mut(&key.ctx) {
+            let removed = order.c.remove(&head.seq);
             debug_assert!(removed.is_some());
-            if order.get().is_empty() {
-                order.remove();
+            if order.newly_empty() {
+                self.unexpected_order.park(key.ctx);
             }
         } else {
             debug_assert!(false, "unexpected message missing from arrival index");
@@ -550,102 +594,78 @@ impl<R, U> Matcher<R, U> {
         head.u
     }
 
-    /// Removes the head of posted bin `key`.
-    fn pop_specific_posted(&mut self, key: Key) -> R {
-        let Entry::Occupied(mut bin) = self.posted_bins.entry(key) else {
-            unreachable!("posted receive without a bin");
-        };
-        let head = bin
-            .get_mut()
-            .pop_front()
-            .expect("posted bins are never empty");
-        if bin.get().is_empty() {
-            recycle(&mut self.spare_posted, bin.remove());
-        }
-        self.posted_index.remove(&PostId(head.seq));
-        head.r
-    }
-
     /// Removes wildcard receive `seq` from context `ctx`.
     fn remove_wild_posted(&mut self, ctx: u32, seq: u64) -> R {
-        let Entry::Occupied(mut list) = self.posted_wild.entry(ctx) else {
-            unreachable!("wildcard receive without a list");
-        };
+        let list = self
+            .posted_wild
+            .get_mut(&ctx)
+            .expect("wildcard receive without a list");
         let w = list
-            .get_mut()
+            .c
             .remove(&seq)
             .expect("wildcard receive present in its list");
-        if list.get().is_empty() {
-            list.remove();
+        if list.newly_empty() {
+            self.posted_wild.park(ctx);
         }
-        self.posted_index.remove(&PostId(seq));
+        self.wild_count -= 1;
+        self.posted_count -= 1;
         w.r
     }
 
-    /// Numbers of posted bins, wildcard lists, unexpected bins and arrival
-    /// indices currently allocated.
+    /// Numbers of non-empty posted bins, wildcard lists, unexpected bins and
+    /// arrival indices (empty ones may be kept, up to `bins::PARKED` each).
     #[cfg(test)]
     fn container_counts(&self) -> (usize, usize, usize, usize) {
         (
-            self.posted_bins.len(),
-            self.posted_wild.len(),
-            self.unexpected_bins.len(),
-            self.unexpected_order.len(),
+            self.posted_bins.occupied(),
+            self.posted_wild.occupied(),
+            self.unexpected_bins.occupied(),
+            self.unexpected_order.occupied(),
         )
     }
 
     /// Checks every cross-structure invariant; panics on violation.
     #[cfg(test)]
     fn check_invariants(&self) {
-        let mut posted = 0;
-        for (key, bin) in &self.posted_bins {
-            assert!(!bin.is_empty(), "empty posted bin");
+        self.posted_bins.check();
+        self.posted_wild.check();
+        self.unexpected_bins.check();
+        self.unexpected_order.check();
+
+        let mut specific = 0;
+        for (_, bin) in self.posted_bins.iter() {
             assert!(bin
                 .iter()
                 .zip(bin.iter().skip(1))
                 .all(|(a, b)| a.seq < b.seq));
-            for p in bin {
-                assert!(matches!(
-                    self.posted_index.get(&PostId(p.seq)),
-                    Some(Loc::Specific(k)) if k == key
-                ));
-                posted += 1;
-            }
+            specific += bin.len();
         }
-        for (ctx, list) in &self.posted_wild {
-            assert!(!list.is_empty(), "empty wildcard list");
-            for (seq, w) in list {
+        let mut wild = 0;
+        for (_, list) in self.posted_wild.iter() {
+            for w in list.values() {
                 assert!(!matches!((w.src, w.tag), (Source::Rank(_), Tag::Value(_))));
-                assert!(matches!(
-                    self.posted_index.get(&PostId(*seq)),
-                    Some(Loc::Wild(c)) if c == ctx
-                ));
-                posted += 1;
             }
+            wild += list.len();
         }
-        assert_eq!(posted, self.posted_index.len());
+        assert_eq!(wild, self.wild_count);
+        assert_eq!(specific + wild, self.posted_count);
 
         let mut unexpected = 0;
-        for (key, bin) in &self.unexpected_bins {
-            assert!(!bin.is_empty(), "empty unexpected bin");
+        for (key, bin) in self.unexpected_bins.iter() {
             assert!(bin
                 .iter()
                 .zip(bin.iter().skip(1))
                 .all(|(a, b)| a.seq < b.seq));
-            let order = &self.unexpected_order[&key.0];
             for e in bin {
-                assert_eq!(order.get(&e.seq), Some(&(key.1, key.2)));
+                let order = self
+                    .unexpected_order
+                    .get(&key.ctx)
+                    .expect("queued message without an arrival index");
+                assert_eq!(order.get(&e.seq), Some(&(key.src, key.tag)));
                 unexpected += 1;
             }
         }
-        let indexed: usize = self
-            .unexpected_order
-            .values()
-            .map(|o| {
-                assert!(!o.is_empty(), "empty arrival index");
-                o.len()
-            })
-            .sum();
+        let indexed: usize = self.unexpected_order.iter().map(|(_, o)| o.len()).sum();
         assert_eq!(unexpected, indexed);
         assert_eq!(unexpected, self.unexpected_count);
     }
@@ -670,7 +690,15 @@ mod tests {
             assert!(m.post(Selector::from_mpi(1, 2, 3), i).is_ok());
         }
         assert_eq!(m.container_counts(), (0, 0, 0, 0));
-        assert_eq!((m.spare_posted.len(), m.spare_unexpected.len()), (1, 1));
+        // The one bin of each side stays in place, empty, for the next message.
+        assert_eq!(
+            (m.posted_bins.allocated(), m.unexpected_bins.allocated()),
+            (1, 1)
+        );
+        assert_eq!(
+            (m.posted_bins.spare_len(), m.unexpected_bins.spare_len()),
+            (0, 0)
+        );
     }
 
     fn env(ctx: u32, src: i32, tag: i32) -> Envelope {
@@ -878,7 +906,9 @@ mod tests {
         assert_eq!(m.arrive(env(0, 1, 1), 11), None);
         assert_eq!(m.arrive(env(0, 5, 0), 12), None);
         assert_eq!(m.cancel(b), None);
-        assert_eq!(m.cancel(PostId(12345)), None);
+        for at in [Loc::Specific(env(0, 1, 1)), Loc::Wild(0), Loc::Wild(9)] {
+            assert_eq!(m.cancel(PostId { seq: 12345, at }), None);
+        }
         assert_eq!(m.container_counts(), (0, 0, 2, 1));
         m.check_invariants();
     }
@@ -967,6 +997,16 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(m.container_counts(), (0, 0, 0, 0));
+        // 300 posted and 300 unexpected keys were used; a few empty
+        // containers stay.
+        for n in [
+            m.posted_bins.allocated(),
+            m.posted_wild.allocated(),
+            m.unexpected_bins.allocated(),
+            m.unexpected_order.allocated(),
+        ] {
+            assert!(n <= bins::PARKED, "{n} containers kept");
+        }
         assert_eq!((m.posted_len(), m.unexpected_len()), (0, 0));
         m.check_invariants();
     }
@@ -1131,7 +1171,16 @@ mod tests {
                     }
                     83..=98 => {
                         let id = if ids.is_empty() || rng.below(10) == 0 {
-                            PostId(rng.below(1 << 20))
+                            let ctx = rng.below(2) as u32;
+                            let at = if rng.below(2) == 0 {
+                                Loc::Wild(ctx)
+                            } else {
+                                Loc::Specific(env(ctx, rng.range(0, 3), rng.range(-2, 3)))
+                            };
+                            PostId {
+                                seq: rng.below(1 << 20),
+                                at,
+                            }
                         } else {
                             ids[rng.below(ids.len() as u64) as usize]
                         };
