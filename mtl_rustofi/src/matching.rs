@@ -336,21 +336,25 @@ impl<R, U> Matcher<R, U> {
                     at: Loc::Specific(key),
                 })
             }
-            None => {
-                self.posted_wild.get_or_insert(sel.ctx).insert(
-                    seq,
-                    WildPosted {
-                        src: sel.src,
-                        tag: sel.tag,
-                        r,
-                    },
-                );
-                self.wild_count += 1;
-                Err(PostId {
-                    seq,
-                    at: Loc::Wild(sel.ctx),
-                })
-            }
+            None => Err(self.post_wild(sel, seq, r)),
+        }
+    }
+
+    /// Queues wildcard receive `seq`.
+    #[inline(never)]
+    fn post_wild(&mut self, sel: Selector, seq: u64, r: R) -> PostId {
+        self.posted_wild.get_or_insert(sel.ctx).insert(
+            seq,
+            WildPosted {
+                src: sel.src,
+                tag: sel.tag,
+                r,
+            },
+        );
+        self.wild_count += 1;
+        PostId {
+            seq,
+            at: Loc::Wild(sel.ctx),
         }
     }
 
@@ -372,16 +376,32 @@ impl<R, U> Matcher<R, U> {
     /// buffer) to the case where no receive matches; it must then call
     /// `arrive`.
     pub fn take_posted(&mut self, env: &Envelope) -> Option<R> {
-        let key = env.key();
-        let bin = self.posted_bins.get_mut(&key);
         if self.wild_count != 0 {
-            let specific_seq = bin.as_ref().and_then(|b| b.c.front()).map(|p| p.seq);
-            // Only wildcards posted before the specific candidate can win.
-            if let Some(seq) = first_wild(&self.posted_wild, env, specific_seq) {
-                return Some(self.remove_wild_posted(env.ctx, seq));
-            }
+            return self.take_posted_wild(env);
         }
-        let bin = bin?;
+        self.pop_specific_posted(env.key())
+    }
+
+    /// [`Matcher::take_posted`] while wildcard receives are posted (in any
+    /// context).
+    #[inline(never)]
+    fn take_posted_wild(&mut self, env: &Envelope) -> Option<R> {
+        let specific_seq = self
+            .posted_bins
+            .get(&env.key())
+            .and_then(VecDeque::front)
+            .map(|p| p.seq);
+        // Only wildcards posted before the specific candidate can win.
+        match first_wild(&self.posted_wild, env, specific_seq) {
+            Some(seq) => Some(self.remove_wild_posted(env.ctx, seq)),
+            None => self.pop_specific_posted(env.key()),
+        }
+    }
+
+    /// Removes the head of posted bin `key`, if there is one.
+    #[inline]
+    fn pop_specific_posted(&mut self, key: Key) -> Option<R> {
+        let bin = self.posted_bins.get_mut(&key)?;
         let head = bin.c.pop_front()?;
         if bin.newly_empty() {
             self.posted_bins.park(key);
@@ -543,7 +563,7 @@ impl<R, U> Matcher<R, U> {
 
     /// Arrival sequence number and bin key of the earliest-arrived queued
     /// unexpected message eligible for `sel`.
-    #[inline]
+    #[inline(never)]
     fn find_unexpected(&self, sel: &Selector) -> Option<(u64, Key)> {
         if self.unexpected_count == 0 {
             return None;

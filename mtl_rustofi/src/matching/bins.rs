@@ -5,12 +5,16 @@
 //! becomes empty is *parked*: it stays in the map, so that the next entry
 //! for the same key (the usual case: one receive posted and matched per
 //! message, over and over) finds it with one lookup, neither removing nor
-//! reinserting the map slot nor allocating. At most [`PARKED`] empty
-//! containers are kept per map; parking one more evicts the oldest parked
-//! key, whose container is removed from the map if it is still empty and
-//! kept in a spare list (bounded by [`SPARE`]) for the next new key. Memory
-//! therefore stays proportional to the number of queued entries plus a
-//! constant, whatever the number of distinct keys ever seen.
+//! reinserting the map entry nor allocating; and the slot of the last key
+//! looked up is tried before the hash, so that a receive posted and then
+//! matched in the same bin costs one key comparison each time. At most
+//! [`PARKED`] empty containers are kept per map; parking one more evicts
+//! the oldest parked key, whose container is removed from the map if it is
+//! still empty, its slot (and, for up to [`SPARE`] of them, its container's
+//! memory) kept for the next new key. Memory therefore stays proportional
+//! to the number of queued entries plus a constant, whatever the number of
+//! distinct keys ever seen; like the hash map's table, the slot array keeps
+//! the size of the largest number of containers that existed at once.
 //!
 //! The hash ([`KeyHash`]) mixes a key with one folded multiply (the 128-bit
 //! product's halves xored), so the low bits, which pick the bucket, depend
@@ -130,13 +134,15 @@ impl<K, V> Container for BTreeMap<K, V> {
     }
 }
 
-/// A container in its map, with whether its key is in the parked list.
-pub(super) struct Slot<C> {
+/// A container with its key, in the slot array of [`Bins`].
+pub(super) struct Slot<K, C> {
+    key: K,
     pub(super) c: C,
+    /// Whether the slot is in the parked list.
     parked: bool,
 }
 
-impl<C: Container> Slot<C> {
+impl<K, C: Container> Slot<K, C> {
     /// To call after removing from the container: true if it is now empty
     /// and not parked yet, in which case the caller must pass its key to
     /// [`Bins::park`] (the slot counts as parked from here).
@@ -150,47 +156,96 @@ impl<C: Container> Slot<C> {
     }
 }
 
+/// No slot: the initial value of `Bins::last`.
+const NONE: usize = usize::MAX;
+
 /// Containers by key; see the module documentation.
+///
+/// Containers live in a slot array, which the hash map indexes by key. The
+/// slot last reached through a `&mut` lookup is remembered, so that a
+/// lookup of the same key again (the next receive of a ping-pong in the same
+/// bin, the match of the receive just posted) compares the key there and
+/// skips the hash.
 pub(super) struct Bins<K, C> {
-    map: HashMap<K, Slot<C>, KeyHash>,
-    /// Keys whose container may be empty, oldest first; each at most once,
-    /// each present in `map` with `parked` set.
-    parked: VecDeque<K>,
-    spare: Vec<C>,
+    index: HashMap<K, usize, KeyHash>,
+    /// Live slots (in `index`) and free ones (in `free`, their containers
+    /// empty). The array never shrinks, like the hash map: its length is the
+    /// largest number of containers that existed at once.
+    slots: Vec<Slot<K, C>>,
+    free: Vec<usize>,
+    /// A live slot, or `NONE`.
+    last: usize,
+    /// Slots whose container may be empty, oldest first; each at most once,
+    /// each live with `parked` set.
+    parked: VecDeque<usize>,
 }
 
 impl<K: Copy + Eq + Hash, C: Container> Bins<K, C> {
     pub(super) fn new() -> Self {
         Bins {
-            map: HashMap::with_hasher(KeyHash),
+            index: HashMap::with_hasher(KeyHash),
+            slots: Vec::new(),
+            free: Vec::new(),
+            last: NONE,
             parked: VecDeque::new(),
-            spare: Vec::new(),
         }
     }
 
-    #[inline]
+    /// The live slot of `key`, trying the last one first.
+    #[inline(always)]
+    fn find(&self, key: &K) -> Option<usize> {
+        if let Some(s) = self.slots.get(self.last) {
+            if s.key == *key {
+                return Some(self.last);
+            }
+        }
+        self.index.get(key).copied()
+    }
+
+    #[inline(always)]
     pub(super) fn get(&self, key: &K) -> Option<&C> {
-        self.map.get(key).map(|s| &s.c)
+        self.find(key).map(|n| &self.slots[n].c)
     }
 
-    #[inline]
-    pub(super) fn get_mut(&mut self, key: &K) -> Option<&mut Slot<C>> {
-        self.map.get_mut(key)
+    #[inline(always)]
+    pub(super) fn get_mut(&mut self, key: &K) -> Option<&mut Slot<K, C>> {
+        let last_hit = self.slots.get(self.last).is_some_and(|s| s.key == *key);
+        if !last_hit {
+            self.last = *self.index.get(key)?;
+        }
+        self.slots.get_mut(self.last)
     }
 
-    /// The container of `key`, created (from the spare list if it can) if
+    /// The container of `key`, created (in a free slot if there is one) if
     /// there is none.
     #[inline]
     pub(super) fn get_or_insert(&mut self, key: K) -> &mut C {
-        let spare = &mut self.spare;
-        &mut self
-            .map
-            .entry(key)
-            .or_insert_with(|| Slot {
-                c: spare.pop().unwrap_or_default(),
-                parked: false,
-            })
-            .c
+        let n = match self.find(&key) {
+            Some(n) => n,
+            None => self.insert(key),
+        };
+        self.last = n;
+        &mut self.slots[n].c
+    }
+
+    #[cold]
+    fn insert(&mut self, key: K) -> usize {
+        let n = match self.free.pop() {
+            Some(n) => {
+                self.slots[n].key = key;
+                n
+            }
+            None => {
+                self.slots.push(Slot {
+                    key,
+                    c: C::default(),
+                    parked: false,
+                });
+                self.slots.len() - 1
+            }
+        };
+        self.index.insert(key, n);
+        n
     }
 
     /// Records that the container of `key` is empty (after
@@ -198,27 +253,41 @@ impl<K: Copy + Eq + Hash, C: Container> Bins<K, C> {
     /// there are [`PARKED`] already.
     #[cold]
     pub(super) fn park(&mut self, key: K) {
+        let Some(n) = self.find(&key) else {
+            debug_assert!(false, "parking a key without a container");
+            return;
+        };
         if self.parked.len() == PARKED {
             if let Some(old) = self.parked.pop_front() {
                 self.evict(old);
             }
         }
-        self.parked.push_back(key);
+        self.parked.push_back(n);
     }
 
-    /// Unparks `key`: its container leaves the map if empty.
-    fn evict(&mut self, key: K) {
-        let hashbrown::hash_map::Entry::Occupied(mut e) = self.map.entry(key) else {
-            debug_assert!(false, "parked key without a container");
-            return;
-        };
-        if e.get().c.is_empty() {
-            let c = e.remove().c;
-            if self.spare.len() < SPARE && c.worth_keeping() {
-                self.spare.push(c);
-            }
-        } else {
-            e.get_mut().parked = false;
+    /// Unparks slot `n`: its container leaves the map if empty.
+    fn evict(&mut self, n: usize) {
+        let s = &mut self.slots[n];
+        s.parked = false;
+        if s.c.is_empty() {
+            let key = s.key;
+            self.index.remove(&key);
+            self.release(n);
+        }
+    }
+
+    /// Puts live slot `n`, already out of `index`, on the free list; its
+    /// container is kept for reuse if small and there are few spares.
+    fn release(&mut self, n: usize) {
+        let s = &mut self.slots[n];
+        debug_assert!(s.c.is_empty());
+        s.parked = false;
+        if self.free.len() >= SPARE || !s.c.worth_keeping() {
+            s.c = C::default();
+        }
+        self.free.push(n);
+        if self.last == n {
+            self.last = NONE;
         }
     }
 
@@ -229,57 +298,69 @@ impl<K: Copy + Eq + Hash, C: Container> Bins<K, C> {
         mut pred: impl FnMut(&K) -> bool,
         mut f: impl FnMut(K, C),
     ) {
-        for (k, s) in self.map.extract_if(|k, _| pred(k)) {
-            f(k, s.c);
+        let gone: Vec<(K, usize)> = self.index.extract_if(|k, _| pred(k)).collect();
+        for (key, n) in gone {
+            f(key, std::mem::take(&mut self.slots[n].c));
+            self.release(n);
         }
-        let map = &self.map;
-        self.parked.retain(|k| map.contains_key(k));
+        let slots = &self.slots;
+        self.parked.retain(|&n| slots[n].parked);
     }
 
-    /// Every container with its key, empty (parked) ones included.
+    /// Every live container with its key, empty (parked) ones included.
     #[cfg(test)]
     pub(super) fn iter(&self) -> impl Iterator<Item = (&K, &C)> {
-        self.map.iter().map(|(k, s)| (k, &s.c))
+        self.index.iter().map(|(k, &n)| (k, &self.slots[n].c))
     }
 
     /// Number of non-empty containers.
     #[cfg(test)]
     pub(super) fn occupied(&self) -> usize {
-        self.map.values().filter(|s| !s.c.is_empty()).count()
+        self.iter().filter(|(_, c)| !c.is_empty()).count()
     }
 
-    /// Number of containers in the map, empty ones included.
+    /// Number of live containers, empty ones included.
     #[cfg(test)]
     pub(super) fn allocated(&self) -> usize {
-        self.map.len()
+        self.index.len()
     }
 
-    /// Number of spare containers.
+    /// Number of free slots.
     #[cfg(test)]
     pub(super) fn spare_len(&self) -> usize {
-        self.spare.len()
+        self.free.len()
     }
 
-    /// Checks the parking invariants; panics on violation.
+    /// Checks the slot and parking invariants; panics on violation.
     #[cfg(test)]
     pub(super) fn check(&self) {
-        assert!(self.parked.len() <= PARKED);
-        for (i, k) in self.parked.iter().enumerate() {
-            assert!(
-                !self.parked.iter().skip(i + 1).any(|o| o == k),
-                "key parked twice"
-            );
-            assert!(
-                self.map.get(k).is_some_and(|s| s.parked),
-                "parked key not marked"
-            );
+        let mut live = vec![false; self.slots.len()];
+        for (k, &n) in &self.index {
+            assert!(self.slots[n].key == *k, "slot holds another key");
+            assert!(!live[n], "slot indexed twice");
+            live[n] = true;
         }
-        let marked = self.map.values().filter(|s| s.parked).count();
+        for &n in &self.free {
+            assert!(!live[n], "free slot indexed");
+            assert!(self.slots[n].c.is_empty() && !self.slots[n].parked);
+        }
+        assert_eq!(self.index.len() + self.free.len(), self.slots.len());
+        assert!(self.last == NONE || live[self.last], "last slot not live");
+        assert!(self.parked.len() <= PARKED);
+        for (i, &n) in self.parked.iter().enumerate() {
+            assert!(
+                !self.parked.iter().skip(i + 1).any(|&o| o == n),
+                "parked twice"
+            );
+            assert!(live[n] && self.slots[n].parked, "parked slot not marked");
+        }
+        let marked = self.slots.iter().filter(|s| s.parked).count();
         assert_eq!(marked, self.parked.len());
-        for s in self.map.values() {
+        for (_, &n) in &self.index {
+            let s = &self.slots[n];
             assert!(!s.c.is_empty() || s.parked, "empty container not parked");
         }
-        assert!(self.map.len() <= self.occupied() + PARKED);
+        assert!(self.index.len() <= self.occupied() + PARKED);
     }
 }
 
