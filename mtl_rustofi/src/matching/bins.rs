@@ -2,19 +2,18 @@
 //!
 //! [`Bins`] maps a key (a `(ctx, src, tag)` envelope or a context id) to a
 //! container (a bin, a wildcard list, an arrival index). A container that
-//! becomes empty is *parked*: it stays in the map, so that the next entry
+//! becomes empty is *parked*: it stays in the table, so that the next entry
 //! for the same key (the usual case: one receive posted and matched per
 //! message, over and over) finds it with one lookup, neither removing nor
-//! reinserting the map entry nor allocating; and the slot of the last key
-//! looked up is tried before the hash, so that a receive posted and then
+//! reinserting the table entry nor allocating; and the bucket of the last
+//! key looked up is tried before the hash, so that a receive posted and then
 //! matched in the same bin costs one key comparison each time. At most
-//! [`PARKED`] empty containers are kept per map; parking one more evicts
-//! the oldest parked key, whose container is removed from the map if it is
-//! still empty, its slot (and, for up to [`SPARE`] of them, its container's
-//! memory) kept for the next new key. Memory therefore stays proportional
-//! to the number of queued entries plus a constant, whatever the number of
-//! distinct keys ever seen; like the hash map's table, the slot array keeps
-//! the size of the largest number of containers that existed at once.
+//! [`PARKED`] empty containers are kept per table; parking one more evicts
+//! the oldest parked key, whose container is removed from the table if it
+//! is still empty and kept in a spare list (bounded by [`SPARE`]) for the
+//! next new key. Memory therefore stays proportional to the number of
+//! queued entries plus a constant, whatever the number of distinct keys
+//! ever seen.
 //!
 //! The hash ([`KeyHash`]) mixes a key with one folded multiply (the 128-bit
 //! product's halves xored), so the low bits, which pick the bucket, depend
@@ -25,7 +24,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::{BuildHasher, Hash, Hasher};
 
-use hashbrown::HashMap;
+use hashbrown::HashTable;
 
 /// Most empty containers kept in place per map.
 pub(super) const PARKED: usize = 8;
@@ -134,11 +133,11 @@ impl<K, V> Container for BTreeMap<K, V> {
     }
 }
 
-/// A container with its key, in the slot array of [`Bins`].
+/// A container with its key, in the hash table of [`Bins`].
 pub(super) struct Slot<K, C> {
     key: K,
     pub(super) c: C,
-    /// Whether the slot is in the parked list.
+    /// Whether the key is in the parked list.
     parked: bool,
 }
 
@@ -156,96 +155,87 @@ impl<K, C: Container> Slot<K, C> {
     }
 }
 
-/// No slot: the initial value of `Bins::last`.
-const NONE: usize = usize::MAX;
-
 /// Containers by key; see the module documentation.
 ///
-/// Containers live in a slot array, which the hash map indexes by key. The
-/// slot last reached through a `&mut` lookup is remembered, so that a
-/// lookup of the same key again (the next receive of a ping-pong in the same
-/// bin, the match of the receive just posted) compares the key there and
-/// skips the hash.
+/// The bucket of the slot last reached through a `&mut` lookup is
+/// remembered, so that a lookup of the same key again (the match of the
+/// receive just posted, the next receive of a ping-pong in the same bin)
+/// compares the key there and skips the hash. The bucket number may go
+/// stale (the slot removed, the table grown); the key comparison then fails
+/// and the lookup hashes.
 pub(super) struct Bins<K, C> {
-    index: HashMap<K, usize, KeyHash>,
-    /// Live slots (in `index`) and free ones (in `free`, their containers
-    /// empty). The array never shrinks, like the hash map: its length is the
-    /// largest number of containers that existed at once.
-    slots: Vec<Slot<K, C>>,
-    free: Vec<usize>,
-    /// A live slot, or `NONE`.
+    table: HashTable<Slot<K, C>>,
     last: usize,
-    /// Slots whose container may be empty, oldest first; each at most once,
-    /// each live with `parked` set.
-    parked: VecDeque<usize>,
+    /// Keys whose container may be empty, oldest first; each at most once,
+    /// each present in `table` with `parked` set.
+    parked: VecDeque<K>,
+    spare: Vec<C>,
+}
+
+#[inline(always)]
+fn hash<K: Hash>(key: &K) -> u64 {
+    KeyHash.hash_one(key)
 }
 
 impl<K: Copy + Eq + Hash, C: Container> Bins<K, C> {
     pub(super) fn new() -> Self {
         Bins {
-            index: HashMap::with_hasher(KeyHash),
-            slots: Vec::new(),
-            free: Vec::new(),
-            last: NONE,
+            table: HashTable::new(),
+            last: 0,
             parked: VecDeque::new(),
+            spare: Vec::new(),
         }
     }
 
-    /// The live slot of `key`, trying the last one first.
+    /// Whether the remembered bucket holds `key`.
     #[inline(always)]
-    fn find(&self, key: &K) -> Option<usize> {
-        if let Some(s) = self.slots.get(self.last) {
-            if s.key == *key {
-                return Some(self.last);
-            }
-        }
-        self.index.get(key).copied()
+    fn last_is(&self, key: &K) -> bool {
+        self.table
+            .get_bucket(self.last)
+            .is_some_and(|s| s.key == *key)
     }
 
     #[inline(always)]
     pub(super) fn get(&self, key: &K) -> Option<&C> {
-        self.find(key).map(|n| &self.slots[n].c)
+        let s = match self.table.get_bucket(self.last) {
+            Some(s) if s.key == *key => s,
+            _ => self.table.find(hash(key), |s| s.key == *key)?,
+        };
+        Some(&s.c)
     }
 
     #[inline(always)]
     pub(super) fn get_mut(&mut self, key: &K) -> Option<&mut Slot<K, C>> {
-        let last_hit = self.slots.get(self.last).is_some_and(|s| s.key == *key);
-        if !last_hit {
-            self.last = *self.index.get(key)?;
+        if !self.last_is(key) {
+            self.last = self.table.find_bucket_index(hash(key), |s| s.key == *key)?;
         }
-        self.slots.get_mut(self.last)
+        self.table.get_bucket_mut(self.last)
     }
 
-    /// The container of `key`, created (in a free slot if there is one) if
+    /// The container of `key`, created (from the spare list if it can) if
     /// there is none.
     #[inline]
     pub(super) fn get_or_insert(&mut self, key: K) -> &mut C {
-        let n = match self.find(&key) {
-            Some(n) => n,
-            None => self.insert(key),
-        };
-        self.last = n;
-        &mut self.slots[n].c
+        if !self.last_is(&key) {
+            self.last = match self.table.find_bucket_index(hash(&key), |s| s.key == key) {
+                Some(n) => n,
+                None => self.insert(key),
+            };
+        }
+        let slot = self.table.get_bucket_mut(self.last);
+        &mut slot.expect("the bucket just found or filled").c
     }
 
     #[cold]
     fn insert(&mut self, key: K) -> usize {
-        let n = match self.free.pop() {
-            Some(n) => {
-                self.slots[n].key = key;
-                n
-            }
-            None => {
-                self.slots.push(Slot {
-                    key,
-                    c: C::default(),
-                    parked: false,
-                });
-                self.slots.len() - 1
-            }
+        let slot = Slot {
+            key,
+            c: self.spare.pop().unwrap_or_default(),
+            parked: false,
         };
-        self.index.insert(key, n);
-        n
+        self.table
+            .insert_unique(hash(&key), slot, |s| hash(&s.key))
+            .bucket_index()
     }
 
     /// Records that the container of `key` is empty (after
@@ -253,41 +243,27 @@ impl<K: Copy + Eq + Hash, C: Container> Bins<K, C> {
     /// there are [`PARKED`] already.
     #[cold]
     pub(super) fn park(&mut self, key: K) {
-        let Some(n) = self.find(&key) else {
-            debug_assert!(false, "parking a key without a container");
-            return;
-        };
         if self.parked.len() == PARKED {
             if let Some(old) = self.parked.pop_front() {
                 self.evict(old);
             }
         }
-        self.parked.push_back(n);
+        self.parked.push_back(key);
     }
 
-    /// Unparks slot `n`: its container leaves the map if empty.
-    fn evict(&mut self, n: usize) {
-        let s = &mut self.slots[n];
-        s.parked = false;
-        if s.c.is_empty() {
-            let key = s.key;
-            self.index.remove(&key);
-            self.release(n);
-        }
-    }
-
-    /// Puts live slot `n`, already out of `index`, on the free list; its
-    /// container is kept for reuse if small and there are few spares.
-    fn release(&mut self, n: usize) {
-        let s = &mut self.slots[n];
-        debug_assert!(s.c.is_empty());
-        s.parked = false;
-        if self.free.len() >= SPARE || !s.c.worth_keeping() {
-            s.c = C::default();
-        }
-        self.free.push(n);
-        if self.last == n {
-            self.last = NONE;
+    /// Unparks `key`: its container leaves the table if empty.
+    fn evict(&mut self, key: K) {
+        let Ok(mut e) = self.table.find_entry(hash(&key), |s| s.key == key) else {
+            debug_assert!(false, "parked key without a container");
+            return;
+        };
+        if e.get().c.is_empty() {
+            let c = e.remove().0.c;
+            if self.spare.len() < SPARE && c.worth_keeping() {
+                self.spare.push(c);
+            }
+        } else {
+            e.get_mut().parked = false;
         }
     }
 
@@ -298,19 +274,18 @@ impl<K: Copy + Eq + Hash, C: Container> Bins<K, C> {
         mut pred: impl FnMut(&K) -> bool,
         mut f: impl FnMut(K, C),
     ) {
-        let gone: Vec<(K, usize)> = self.index.extract_if(|k, _| pred(k)).collect();
-        for (key, n) in gone {
-            f(key, std::mem::take(&mut self.slots[n].c));
-            self.release(n);
+        for s in self.table.extract_if(|s| pred(&s.key)) {
+            f(s.key, s.c);
         }
-        let slots = &self.slots;
-        self.parked.retain(|&n| slots[n].parked);
+        let table = &self.table;
+        self.parked
+            .retain(|k| table.find(hash(k), |s| s.key == *k).is_some());
     }
 
-    /// Every live container with its key, empty (parked) ones included.
+    /// Every container with its key, empty (parked) ones included.
     #[cfg(test)]
     pub(super) fn iter(&self) -> impl Iterator<Item = (&K, &C)> {
-        self.index.iter().map(|(k, &n)| (k, &self.slots[n].c))
+        self.table.iter().map(|s| (&s.key, &s.c))
     }
 
     /// Number of non-empty containers.
@@ -319,48 +294,36 @@ impl<K: Copy + Eq + Hash, C: Container> Bins<K, C> {
         self.iter().filter(|(_, c)| !c.is_empty()).count()
     }
 
-    /// Number of live containers, empty ones included.
+    /// Number of containers in the table, empty ones included.
     #[cfg(test)]
     pub(super) fn allocated(&self) -> usize {
-        self.index.len()
+        self.table.len()
     }
 
-    /// Number of free slots.
+    /// Number of spare containers.
     #[cfg(test)]
     pub(super) fn spare_len(&self) -> usize {
-        self.free.len()
+        self.spare.len()
     }
 
-    /// Checks the slot and parking invariants; panics on violation.
+    /// Checks the parking invariants; panics on violation.
     #[cfg(test)]
     pub(super) fn check(&self) {
-        let mut live = vec![false; self.slots.len()];
-        for (k, &n) in &self.index {
-            assert!(self.slots[n].key == *k, "slot holds another key");
-            assert!(!live[n], "slot indexed twice");
-            live[n] = true;
-        }
-        for &n in &self.free {
-            assert!(!live[n], "free slot indexed");
-            assert!(self.slots[n].c.is_empty() && !self.slots[n].parked);
-        }
-        assert_eq!(self.index.len() + self.free.len(), self.slots.len());
-        assert!(self.last == NONE || live[self.last], "last slot not live");
         assert!(self.parked.len() <= PARKED);
-        for (i, &n) in self.parked.iter().enumerate() {
+        for (i, k) in self.parked.iter().enumerate() {
             assert!(
-                !self.parked.iter().skip(i + 1).any(|&o| o == n),
-                "parked twice"
+                !self.parked.iter().skip(i + 1).any(|o| o == k),
+                "key parked twice"
             );
-            assert!(live[n] && self.slots[n].parked, "parked slot not marked");
+            let s = self.table.find(hash(k), |s| s.key == *k);
+            assert!(s.is_some_and(|s| s.parked), "parked key not marked");
         }
-        let marked = self.slots.iter().filter(|s| s.parked).count();
+        let marked = self.table.iter().filter(|s| s.parked).count();
         assert_eq!(marked, self.parked.len());
-        for (_, &n) in &self.index {
-            let s = &self.slots[n];
+        for s in &self.table {
             assert!(!s.c.is_empty() || s.parked, "empty container not parked");
         }
-        assert!(self.index.len() <= self.occupied() + PARKED);
+        assert!(self.table.len() <= self.occupied() + PARKED);
     }
 }
 
