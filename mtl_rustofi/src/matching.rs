@@ -19,8 +19,8 @@
 //!
 //! # Data structures
 //!
-//! Every posted receive gets a posting sequence number (which is also its
-//! [`PostId`]) and every queued unexpected message an arrival sequence number;
+//! Every posted receive gets a posting sequence number (which its [`PostId`]
+//! carries) and every queued unexpected message an arrival sequence number;
 //! both come from monotonically increasing `u64` counters. Comparing sequence
 //! numbers recovers the global MPI order across separate bins.
 //!
@@ -49,8 +49,9 @@
 //! A message removed through either path is removed from both structures.
 //! Bins, per-context lists and per-context indices live in [`bins::Bins`]:
 //! one that becomes empty stays in place for the next entry with the same key
-//! (so a receive posted and matched per message costs one lookup each way and
-//! no allocation), but at most [`bins::PARKED`] empty ones per map are kept,
+//! (so a receive posted and matched per message costs no allocation and at
+//! most one hash lookup each way, none when the bin is the one reached last),
+//! but at most [`bins::PARKED`] empty ones per map are kept,
 //! so memory is proportional to the number of queued entries plus a constant
 //! and does not grow with the number of distinct envelopes ever seen.
 //!
