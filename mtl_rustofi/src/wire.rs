@@ -207,6 +207,24 @@ impl Header {
         }
     }
 
+    /// Writes the first `BASE_LEN` bytes of the header (all of it for an
+    /// eager message), with no length logic: the path of every small send.
+    #[inline]
+    pub(crate) fn encode_base(&self, b: &mut [u8; BASE_LEN]) {
+        b[0] = MAGIC;
+        b[1] = self.kind as u8;
+        b[2] = self.flags;
+        b[3] = VERSION;
+        b[4..8].copy_from_slice(&self.ctx.to_le_bytes());
+        b[8..12].copy_from_slice(&self.src.to_le_bytes());
+        b[12..16].copy_from_slice(&self.tag.to_le_bytes());
+        b[16..20].copy_from_slice(&self.seq.to_le_bytes());
+        b[20..24].copy_from_slice(&self.status.to_le_bytes());
+        b[24..32].copy_from_slice(&self.sender.to_le_bytes());
+        b[32..40].copy_from_slice(&self.len.to_le_bytes());
+        b[40..48].copy_from_slice(&self.cookie.to_le_bytes());
+    }
+
     /// Bytes this header occupies on the wire.
     pub(crate) fn wire_len(&self) -> usize {
         match self.kind {
@@ -221,18 +239,7 @@ impl Header {
     pub(crate) fn encode(&self, buf: &mut [u8]) -> usize {
         let n = self.wire_len();
         let b = &mut buf[..n];
-        b[0] = MAGIC;
-        b[1] = self.kind as u8;
-        b[2] = self.flags;
-        b[3] = VERSION;
-        b[4..8].copy_from_slice(&self.ctx.to_le_bytes());
-        b[8..12].copy_from_slice(&self.src.to_le_bytes());
-        b[12..16].copy_from_slice(&self.tag.to_le_bytes());
-        b[16..20].copy_from_slice(&self.seq.to_le_bytes());
-        b[20..24].copy_from_slice(&self.status.to_le_bytes());
-        b[24..32].copy_from_slice(&self.sender.to_le_bytes());
-        b[32..40].copy_from_slice(&self.len.to_le_bytes());
-        b[40..48].copy_from_slice(&self.cookie.to_le_bytes());
+        self.encode_base((&mut b[..BASE_LEN]).try_into().expect("48 bytes"));
         if n >= EXT_LEN {
             b[48..56].copy_from_slice(&self.ext0.to_le_bytes());
             b[56..64].copy_from_slice(&self.ext1.to_le_bytes());

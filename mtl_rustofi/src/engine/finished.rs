@@ -53,10 +53,8 @@ impl Finished {
     #[inline]
     pub(crate) fn deliver(&mut self, mut f: impl FnMut(Completion)) {
         let n = std::mem::take(&mut self.n);
-        for c in self.first[..n].iter_mut() {
-            if let Some(c) = c.take() {
-                f(c);
-            }
+        for c in self.first[..n].iter().flatten() {
+            f(*c);
         }
         if !self.more.is_empty() {
             self.more.drain(..).for_each(f);

@@ -140,7 +140,7 @@ impl Core {
         let len = s.buf.len();
         let hdr = self.matchable_header(s.peer, Kind::Eager, s.ctx, s.src, s.tag, len);
         let mut head: InlineHead = [0; wire::BASE_LEN];
-        hdr.encode(&mut head);
+        hdr.encode_base(&mut head);
         let p = &mut self.peers[s.peer.index()];
         p.tx_bytes = p.tx_bytes.wrapping_add((wire::BASE_LEN + len) as u64);
         let dest = p.addr;
