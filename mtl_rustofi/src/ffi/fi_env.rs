@@ -46,9 +46,7 @@ pub(super) fn tune_rxm(settings: &config::Settings) {
     if VARS.iter().any(|v| std::env::var_os(v).is_some()) {
         return;
     }
-    let rdma_device =
-        std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
-    if rdma_device {
+    if rdma_device() {
         return;
     }
     let eager = settings
@@ -66,9 +64,45 @@ pub(super) fn tune_rxm(settings: &config::Settings) {
     set_env("FI_OFI_RXM_TX_SIZE", &queue);
 }
 
+/// libfabric's universe size (`FI_UNIVERSE_SIZE`, 1024 by default) set to
+/// the job's, unless the user set it. In libfabric 1.17 it sizes two
+/// things: the default address vector (over rxm the component sizes its
+/// own, see `fabric::AddressVector::open`) and rxm's completion queue under tcp's
+/// connections, which holds `FI_OFI_RXM_MSG_RX_SIZE` plus
+/// `FI_OFI_RXM_MSG_TX_SIZE` entries per possible peer: 256 + 12 * 1024,
+/// rounded up to 16,384 entries of 48 bytes. tcp writes its completions
+/// round the ring, so a flood of small messages makes all 768 KiB of it
+/// resident (the receiver of `bench/flood` peaked 0.9 MB lower with it at
+/// the job's size). The ring stays a hint: a completion queue of libfabric's
+/// utility code that is full keeps further entries on an overflow list, so
+/// processes that join later (MPI_Comm_spawn) are not refused. Over verbs
+/// the completion queue is the device's, and an overflow is an error, so
+/// nothing is changed on a host with an RDMA device; nor when the launcher
+/// did not say how many ranks the job has.
+pub(super) fn tune_universe(settings: &config::Settings) {
+    if settings.world_size == 0 || std::env::var_os("FI_UNIVERSE_SIZE").is_some() || rdma_device() {
+        return;
+    }
+    set_env("FI_UNIVERSE_SIZE", &settings.world_size.to_string());
+}
+
+/// Whether the host has an RDMA device, over which rxm may run on verbs.
+fn rdma_device() -> bool {
+    std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
+}
+
 /// Size of rxm's bounce buffers ([`tune_rxm`]): room for its control
-/// messages (a rendezvous request with four iovs is about 150 bytes).
-const RXM_BUFFER_SIZE: usize = 256;
+/// messages, of which the largest, a rendezvous request with four iovs,
+/// carries 104 bytes beside rxm's packet header (rxm refuses less). The
+/// component never makes rxm use its rendezvous (the eager limit covers
+/// every packet), so the buffers carry only injected packets: the size is
+/// also rxm's inject size, and a packet above it is sent (with a
+/// completion) instead. With coalescing on (the default) the component
+/// injects only its own control packets, of 48 to 64 bytes (an RTS naming
+/// stripe endpoints grows by 16 bytes per endpoint).
+/// rxm allocates its receive and transmit pools 1024 entries at a time and
+/// touches every entry: at 128 rather than 256 the two are 262 KB smaller.
+const RXM_BUFFER_SIZE: usize = 128;
 
 /// Transmit queue of each tcp connection under rxm ([`tune_rxm`]).
 const RXM_MSG_TX_SIZE: usize = 12;
