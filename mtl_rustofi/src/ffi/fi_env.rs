@@ -30,6 +30,7 @@ use std::ffi::CString;
 ///   touched as they are used; the component posts `rx_buffers` (256)
 ///   receives and keeps its own transmit queue beyond the provider's
 ///   depth.
+/// - `FI_OFI_RXM_USE_SRX` 0 in a job small enough ([`few_connections`]).
 ///
 /// Over verbs rxm does copy through its buffers, and there the eager limit
 /// must equal the buffer size; the settings are process-wide (Open MPI's
@@ -62,6 +63,37 @@ pub(super) fn tune_rxm(settings: &config::Settings) {
     let queue = RXM_QUEUE.max(settings.rx_buffers).to_string();
     set_env("FI_OFI_RXM_RX_SIZE", &queue);
     set_env("FI_OFI_RXM_TX_SIZE", &queue);
+    let msg_rx = std::env::var("FI_OFI_RXM_MSG_RX_SIZE")
+        .ok()
+        .and_then(|v| v.trim().parse().ok());
+    if let Some(msg_rx) = msg_rx {
+        if few_connections(settings.world_size, msg_rx) {
+            set_env("FI_OFI_RXM_USE_SRX", "0");
+        }
+    }
+}
+
+/// Entries libfabric 1.17 allocates (and touches) at a time in rxm's
+/// receive buffer pool and in tcp's pools of transfer entries.
+const POOL_CHUNK: usize = 1024;
+
+/// Whether rxm does better without tcp's shared receive context in a job
+/// of `world_size` ranks (0: unknown) with `msg_rx` receive buffers per
+/// receive context. With it, tcp keeps the receives rxm posts in a pool of
+/// its own, [`POOL_CHUNK`] transfer entries of 448 bytes (459 KB, all
+/// touched when rxm posts its first receive), beside the pool its
+/// completion queue takes transmit entries from. Without it, rxm posts
+/// `msg_rx` receives on each connection, taken from the completion queue's
+/// pool and from rxm's buffer pool, whose first chunks exist anyway (both
+/// are in use as soon as anything is sent); as long as every connection a
+/// rank can have fits those chunks, beside the transmit entries
+/// (`RXM_MSG_TX_SIZE` per connection), the shared context is 459 KB that
+/// buys nothing: with the 256 receives of the default, up to 4 ranks (3
+/// connections per rank; a rank alone has none and posts nothing). The receiver of the `bench/flood` job (2 ranks)
+/// peaked 0.43 MB lower without it. More ranks than that, or processes
+/// that join later, only cost pool chunks, not correctness.
+fn few_connections(world_size: usize, msg_rx: usize) -> bool {
+    world_size > 0 && (world_size - 1) * (msg_rx + RXM_MSG_TX_SIZE) <= POOL_CHUNK
 }
 
 /// libfabric's universe size (`FI_UNIVERSE_SIZE`, 1024 by default) set to
@@ -147,4 +179,20 @@ pub(super) fn set_env(var: &str, value: &str) {
     // calls; this runs once during MPI_Init, from the thread initialising
     // MPI, as Open MPI's own components do with opal_setenv.
     unsafe { libc::setenv(k.as_ptr(), v.as_ptr(), 0) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_receive_context_off_only_while_connections_fit_the_pools() {
+        assert!(!few_connections(0, 256), "job size unknown");
+        assert!(few_connections(1, 256));
+        assert!(few_connections(2, 256));
+        assert!(few_connections(4, 256));
+        assert!(!few_connections(5, 256));
+        assert!(few_connections(16, 16));
+        assert!(!few_connections(64, 16));
+    }
 }
