@@ -63,11 +63,11 @@ pub(super) fn tune_rxm(settings: &config::Settings) {
     let queue = RXM_QUEUE.max(settings.rx_buffers).to_string();
     set_env("FI_OFI_RXM_RX_SIZE", &queue);
     set_env("FI_OFI_RXM_TX_SIZE", &queue);
-    let msg_rx = std::env::var("FI_OFI_RXM_MSG_RX_SIZE")
-        .ok()
-        .and_then(|v| v.trim().parse().ok());
-    if let Some(msg_rx) = msg_rx {
-        if few_connections(settings.world_size, msg_rx) {
+    let number = |var| std::env::var(var).ok().and_then(|v| v.trim().parse().ok());
+    if let (Some(universe), Some(msg_rx)) =
+        (number("FI_UNIVERSE_SIZE"), number("FI_OFI_RXM_MSG_RX_SIZE"))
+    {
+        if few_connections(universe, msg_rx) {
             set_env("FI_OFI_RXM_USE_SRX", "0");
         }
     }
@@ -77,9 +77,10 @@ pub(super) fn tune_rxm(settings: &config::Settings) {
 /// receive buffer pool and in tcp's pools of transfer entries.
 const POOL_CHUNK: usize = 1024;
 
-/// Whether rxm does better without tcp's shared receive context in a job
-/// of `world_size` ranks (0: unknown) with `msg_rx` receive buffers per
-/// receive context. With it, tcp keeps the receives rxm posts in a pool of
+/// Whether rxm does better without tcp's shared receive context with
+/// `universe` processes to connect to (`FI_UNIVERSE_SIZE`, which
+/// [`tune_universe`] sets to the job's size) and `msg_rx` receive buffers
+/// per receive context. With it, tcp keeps the receives rxm posts in a pool of
 /// its own, [`POOL_CHUNK`] transfer entries of 448 bytes (459 KB, all
 /// touched when rxm posts its first receive), beside the pool its
 /// completion queue takes transmit entries from. Without it, rxm posts
@@ -91,9 +92,14 @@ const POOL_CHUNK: usize = 1024;
 /// buys nothing: with the 256 receives of the default, up to 4 ranks (3
 /// connections per rank; a rank alone has none and posts nothing). The receiver of the `bench/flood` job (2 ranks)
 /// peaked 0.43 MB lower without it. More ranks than that, or processes
-/// that join later, only cost pool chunks, not correctness.
-fn few_connections(world_size: usize, msg_rx: usize) -> bool {
-    world_size > 0 && (world_size - 1) * (msg_rx + RXM_MSG_TX_SIZE) <= POOL_CHUNK
+/// that join later, only cost pool chunks, not correctness. The universe
+/// rather than the job decides because it also sizes rxm's completion
+/// queue under tcp, which without the shared context holds `msg_rx` entries
+/// per possible peer rather than `msg_rx` in all: at libfabric's default
+/// universe (1024, when the launcher gave no job size) that queue alone
+/// made the flooded receiver 14 MB larger.
+fn few_connections(universe: usize, msg_rx: usize) -> bool {
+    universe > 0 && (universe - 1) * (msg_rx + RXM_MSG_TX_SIZE) <= POOL_CHUNK
 }
 
 /// libfabric's universe size (`FI_UNIVERSE_SIZE`, 1024 by default) set to
@@ -187,7 +193,8 @@ mod tests {
 
     #[test]
     fn shared_receive_context_off_only_while_connections_fit_the_pools() {
-        assert!(!few_connections(0, 256), "job size unknown");
+        assert!(!few_connections(0, 256));
+        assert!(!few_connections(1024, 256), "libfabric's default universe");
         assert!(few_connections(1, 256));
         assert!(few_connections(2, 256));
         assert!(few_connections(4, 256));

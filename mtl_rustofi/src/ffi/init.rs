@@ -106,9 +106,9 @@ pub unsafe extern "C" fn rustofi_init(
         settings.one_host = env_count("OMPI_COMM_WORLD_SIZE")
             .is_some_and(|n| env_count("OMPI_COMM_WORLD_LOCAL_SIZE") == Some(n));
         settings.world_size = env_count("OMPI_COMM_WORLD_SIZE").unwrap_or(0) as usize;
+        fi_env::tune_universe(&settings);
         fi_env::tune_rxm_receive(&settings);
         fi_env::tune_rxm(&settings);
-        fi_env::tune_universe(&settings);
         let local_size = env_count("OMPI_COMM_WORLD_LOCAL_SIZE").unwrap_or(1) as usize;
         let local_job = crate::driver::shm::LocalJob {
             jobid: (cfg.my_name >> 32) as u32,
