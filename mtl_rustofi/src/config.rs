@@ -86,6 +86,9 @@ pub(crate) struct Settings {
     /// environment): with the shm rail open, the network rail carries no
     /// traffic among them.
     pub one_host: bool,
+    /// Ranks in MPI_COMM_WORLD (from the launcher's environment; 0 when
+    /// unknown): sizes libfabric's per-peer tables for the job.
+    pub world_size: usize,
 }
 
 /// Providers that only emulate a fabric in software. mtl/ofi excludes them
@@ -274,6 +277,7 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
             .then(|| std::time::Duration::from_secs(peer_timeout as u64)),
         explicit: p.named || p.include_set,
         one_host: false,
+        world_size: 0,
     })
 }
 

@@ -532,9 +532,15 @@ unsafe impl Send for AddressVector {}
 unsafe impl Sync for AddressVector {}
 
 impl AddressVector {
-    pub(crate) fn open(domain: &Arc<Domain>) -> Result<Arc<AddressVector>, FiError> {
+    /// An AV expecting `count` addresses (0: the provider's default). fi_av
+    /// takes the count as a hint for its first allocation: libfabric's
+    /// utility AV (rxm's) allocates entries for the whole universe (1024,
+    /// 128 KiB, all touched) on the first insert unless told, and grows past
+    /// the count when more peers arrive.
+    pub(crate) fn open(domain: &Arc<Domain>, count: usize) -> Result<Arc<AddressVector>, FiError> {
         let mut attr = sys::fi_av_attr {
             type_: sys::fi_av_type_FI_AV_UNSPEC,
+            count: count as _,
             ..Default::default()
         };
         let mut raw = ptr::null_mut();

@@ -84,7 +84,15 @@ impl FabricRail {
         let domain = Domain::open(&fabric, info)?;
         let cq_size = (info.rx_size() + info.tx_size()).clamp(1024, 65536);
         let cq = CompletionQueue::open(&domain, cq_size)?;
-        let av = AddressVector::open(&domain)?;
+        // rxm's AV grows past its count; other providers read the count
+        // differently (shm refuses more than 256, rxd sizes fixed tables by
+        // it), so they keep their defaults.
+        let av_count = if crate::config::name_matches("ofi_rxm", &provider) {
+            settings.world_size
+        } else {
+            0
+        };
+        let av = AddressVector::open(&domain, av_count)?;
         let ep = Endpoint::open(&domain, info, &cq, &av)?;
         let profile = RailProfile {
             kind,

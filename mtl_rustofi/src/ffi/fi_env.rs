@@ -30,6 +30,7 @@ use std::ffi::CString;
 ///   touched as they are used; the component posts `rx_buffers` (256)
 ///   receives and keeps its own transmit queue beyond the provider's
 ///   depth.
+/// - `FI_OFI_RXM_USE_SRX` 0 in a job small enough ([`few_connections`]).
 ///
 /// Over verbs rxm does copy through its buffers, and there the eager limit
 /// must equal the buffer size; the settings are process-wide (Open MPI's
@@ -46,9 +47,7 @@ pub(super) fn tune_rxm(settings: &config::Settings) {
     if VARS.iter().any(|v| std::env::var_os(v).is_some()) {
         return;
     }
-    let rdma_device =
-        std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
-    if rdma_device {
+    if rdma_device() {
         return;
     }
     let eager = settings
@@ -64,11 +63,84 @@ pub(super) fn tune_rxm(settings: &config::Settings) {
     let queue = RXM_QUEUE.max(settings.rx_buffers).to_string();
     set_env("FI_OFI_RXM_RX_SIZE", &queue);
     set_env("FI_OFI_RXM_TX_SIZE", &queue);
+    let number = |var| std::env::var(var).ok().and_then(|v| v.trim().parse().ok());
+    if let (Some(universe), Some(msg_rx)) =
+        (number("FI_UNIVERSE_SIZE"), number("FI_OFI_RXM_MSG_RX_SIZE"))
+    {
+        if few_connections(universe, msg_rx) {
+            set_env("FI_OFI_RXM_USE_SRX", "0");
+        }
+    }
+}
+
+/// Entries libfabric 1.17 allocates (and touches) at a time in rxm's
+/// receive buffer pool and in tcp's pools of transfer entries.
+const POOL_CHUNK: usize = 1024;
+
+/// Whether rxm does better without tcp's shared receive context with
+/// `universe` processes to connect to (`FI_UNIVERSE_SIZE`, which
+/// [`tune_universe`] sets to the job's size) and `msg_rx` receive buffers
+/// per receive context. With it, tcp keeps the receives rxm posts in a pool of
+/// its own, [`POOL_CHUNK`] transfer entries of 448 bytes (459 KB, all
+/// touched when rxm posts its first receive), beside the pool its
+/// completion queue takes transmit entries from. Without it, rxm posts
+/// `msg_rx` receives on each connection, taken from the completion queue's
+/// pool and from rxm's buffer pool, whose first chunks exist anyway (both
+/// are in use as soon as anything is sent); as long as every connection a
+/// rank can have fits those chunks, beside the transmit entries
+/// (`RXM_MSG_TX_SIZE` per connection), the shared context is 459 KB that
+/// buys nothing: with the 256 receives of the default, up to 4 ranks (3
+/// connections per rank; a rank alone has none and posts nothing). The receiver of the `bench/flood` job (2 ranks)
+/// peaked 0.43 MB lower without it. More ranks than that, or processes
+/// that join later, only cost pool chunks, not correctness. The universe
+/// rather than the job decides because it also sizes rxm's completion
+/// queue under tcp, which without the shared context holds `msg_rx` entries
+/// per possible peer rather than `msg_rx` in all: at libfabric's default
+/// universe (1024, when the launcher gave no job size) that queue alone
+/// made the flooded receiver 14 MB larger.
+fn few_connections(universe: usize, msg_rx: usize) -> bool {
+    universe > 0 && (universe - 1) * (msg_rx + RXM_MSG_TX_SIZE) <= POOL_CHUNK
+}
+
+/// libfabric's universe size (`FI_UNIVERSE_SIZE`, 1024 by default) set to
+/// the job's, unless the user set it. In libfabric 1.17 it sizes two
+/// things: the default address vector (over rxm the component sizes its
+/// own, see `fabric::AddressVector::open`) and rxm's completion queue under tcp's
+/// connections, which holds `FI_OFI_RXM_MSG_RX_SIZE` plus
+/// `FI_OFI_RXM_MSG_TX_SIZE` entries per possible peer: 256 + 12 * 1024,
+/// rounded up to 16,384 entries of 48 bytes. tcp writes its completions
+/// round the ring, so a flood of small messages makes all 768 KiB of it
+/// resident (the receiver of `bench/flood` peaked 0.9 MB lower with it at
+/// the job's size). The ring stays a hint: a completion queue of libfabric's
+/// utility code that is full keeps further entries on an overflow list, so
+/// processes that join later (MPI_Comm_spawn) are not refused. Over verbs
+/// the completion queue is the device's, and an overflow is an error, so
+/// nothing is changed on a host with an RDMA device; nor when the launcher
+/// did not say how many ranks the job has.
+pub(super) fn tune_universe(settings: &config::Settings) {
+    if settings.world_size == 0 || std::env::var_os("FI_UNIVERSE_SIZE").is_some() || rdma_device() {
+        return;
+    }
+    set_env("FI_UNIVERSE_SIZE", &settings.world_size.to_string());
+}
+
+/// Whether the host has an RDMA device, over which rxm may run on verbs.
+fn rdma_device() -> bool {
+    std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
 }
 
 /// Size of rxm's bounce buffers ([`tune_rxm`]): room for its control
-/// messages (a rendezvous request with four iovs is about 150 bytes).
-const RXM_BUFFER_SIZE: usize = 256;
+/// messages, of which the largest, a rendezvous request with four iovs,
+/// carries 104 bytes beside rxm's packet header (rxm refuses less). The
+/// component never makes rxm use its rendezvous (the eager limit covers
+/// every packet), so the buffers carry only injected packets: the size is
+/// also rxm's inject size, and a packet above it is sent (with a
+/// completion) instead. With coalescing on (the default) the component
+/// injects only its own control packets, of 48 to 64 bytes (an RTS naming
+/// stripe endpoints grows by 16 bytes per endpoint).
+/// rxm allocates its receive and transmit pools 1024 entries at a time and
+/// touches every entry: at 128 rather than 256 the two are 262 KB smaller.
+const RXM_BUFFER_SIZE: usize = 128;
 
 /// Transmit queue of each tcp connection under rxm ([`tune_rxm`]).
 const RXM_MSG_TX_SIZE: usize = 12;
@@ -113,4 +185,21 @@ pub(super) fn set_env(var: &str, value: &str) {
     // calls; this runs once during MPI_Init, from the thread initialising
     // MPI, as Open MPI's own components do with opal_setenv.
     unsafe { libc::setenv(k.as_ptr(), v.as_ptr(), 0) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_receive_context_off_only_while_connections_fit_the_pools() {
+        assert!(!few_connections(0, 256));
+        assert!(!few_connections(1024, 256), "libfabric's default universe");
+        assert!(few_connections(1, 256));
+        assert!(few_connections(2, 256));
+        assert!(few_connections(4, 256));
+        assert!(!few_connections(5, 256));
+        assert!(few_connections(16, 16));
+        assert!(!few_connections(64, 16));
+    }
 }

@@ -105,6 +105,8 @@ pub unsafe extern "C" fn rustofi_init(
         let mut settings = settings;
         settings.one_host = env_count("OMPI_COMM_WORLD_SIZE")
             .is_some_and(|n| env_count("OMPI_COMM_WORLD_LOCAL_SIZE") == Some(n));
+        settings.world_size = env_count("OMPI_COMM_WORLD_SIZE").unwrap_or(0) as usize;
+        fi_env::tune_universe(&settings);
         fi_env::tune_rxm_receive(&settings);
         fi_env::tune_rxm(&settings);
         let local_size = env_count("OMPI_COMM_WORLD_LOCAL_SIZE").unwrap_or(1) as usize;
