@@ -2,10 +2,11 @@
 //! See `mtl_rustofi/CONCURRENCY.md` for the whole design.
 //!
 //! The state lives in a [`Handoff`] that only the holder of the progress
-//! token touches. A thread with work pushes a command on the lock-free
-//! inbox and then tries to take the token ([`Handoff::combine`]); it never
-//! waits for it: if another thread holds it, that thread applies the
-//! command. The holder applies every queued command, releases the token,
+//! token touches. A thread with work takes the token if it is free and
+//! applies its work itself ([`Handoff::run_or_combine`]); otherwise it
+//! pushes a command on the lock-free inbox and tries the token once more
+//! ([`Handoff::combine`]). It never waits for the token: if another thread
+//! holds it, that thread applies the command. The holder applies every queued command, releases the token,
 //! and looks at the inbox again, so no command is stranded (the argument
 //! is in [`crate::inbox`]). A panic while holding the token poisons the
 //! handoff: the state may be inconsistent, so every later call fails.
@@ -69,6 +70,11 @@ impl<S, N: Linked> Handoff<S, N> {
     /// meanwhile. Returns at once if another thread holds the token.
     pub(crate) fn combine(&self, mut work: impl FnMut(&mut S, Batch<N>)) {
         while !self.poisoned.load(Ordering::Acquire) && self.token.try_acquire() {
+            if self.poisoned.load(Ordering::Acquire) {
+                // A panicking holder released the token just before.
+                self.token.release();
+                break;
+            }
             {
                 let _holder = Holder(self);
                 self.state.with_mut(|s| {
@@ -95,6 +101,11 @@ impl<S, N: Linked> Handoff<S, N> {
     /// queued ones go first.
     pub(crate) fn run_or_combine(&self, mut work: impl FnMut(&mut S, Batch<N>, bool)) -> bool {
         if self.poisoned.load(Ordering::Acquire) || !self.token.try_acquire() {
+            return false;
+        }
+        if self.poisoned.load(Ordering::Acquire) {
+            // A panicking holder released the token just before we took it.
+            self.token.release();
             return false;
         }
         {
@@ -284,17 +295,26 @@ mod loom_tests {
                 j.join().unwrap();
             }
             // After every submitter returned, everything has been applied.
-            assert!(h.inbox_is_empty());
-            let s = h.with_token(|s, _| s.clone()).unwrap();
-            assert_eq!(s.len(), 4);
-            for t in 0..2 {
-                let mine: Vec<_> = s
-                    .iter()
-                    .filter(|c| matches!(c, Cmd::Item(x, _) if *x == t))
-                    .collect();
-                assert_eq!(mine, vec![&Cmd::Item(t, 0), &Cmd::Item(t, 1)]);
-            }
+            all_applied_in_thread_order(&h);
         });
+    }
+
+    /// Nothing is left queued, and both threads' two items were applied,
+    /// each thread's in its order.
+    fn all_applied_in_thread_order(h: &Handoff<Vec<Cmd>, Node>) {
+        if !h.inbox_is_empty() {
+            let s = h.with_token(|s, b| (s.clone(), b.count())).unwrap();
+            panic!("stranded: applied {:?}, queued {}", s.0, s.1);
+        }
+        let s = h.with_token(|s, _| s.clone()).unwrap();
+        assert_eq!(s.len(), 4);
+        for t in 0..2 {
+            let mine: Vec<_> = s
+                .iter()
+                .filter(|c| matches!(c, Cmd::Item(x, _) if *x == t))
+                .collect();
+            assert_eq!(mine, vec![&Cmd::Item(t, 0), &Cmd::Item(t, 1)]);
+        }
     }
 
     /// The engine's start path: apply directly if the token is free,
@@ -330,19 +350,7 @@ mod loom_tests {
             submit(&h, Cmd::Item(1, 0), |s, c| s.push(c));
             start(&h, Cmd::Item(1, 1), |s, c| s.push(c));
             direct.join().unwrap();
-            if !h.inbox_is_empty() {
-                let s = h.with_token(|s, b| (s.clone(), b.count())).unwrap();
-                panic!("stranded: applied {:?}, queued {}", s.0, s.1);
-            }
-            let s = h.with_token(|s, _| s.clone()).unwrap();
-            assert_eq!(s.len(), 4);
-            for t in 0..2 {
-                let mine: Vec<_> = s
-                    .iter()
-                    .filter(|c| matches!(c, Cmd::Item(x, _) if *x == t))
-                    .collect();
-                assert_eq!(mine, vec![&Cmd::Item(t, 0), &Cmd::Item(t, 1)]);
-            }
+            all_applied_in_thread_order(&h);
         });
     }
 

@@ -43,7 +43,8 @@ pub(crate) struct ReqState {
     /// Ticket of the receive in the matcher's posted queue, if it was
     /// queued (a stale ticket is harmless: the matcher never reuses one).
     pub(crate) post_id: Option<PostId>,
-    /// The command that starts this request, queued in the engine's inbox.
+    /// The command that starts this request, queued in the engine's inbox
+    /// (not written when the operation is applied directly).
     pub(crate) cmd: Cmd,
 }
 

@@ -247,7 +247,6 @@ impl Driver {
             .collect()
     }
 
-    /// Our own shared-memory rail, if open.
     /// Whether an action went to a libfabric rail since the last call.
     #[inline]
     pub(crate) fn take_posted_off_ring(&mut self) -> bool {
@@ -261,6 +260,7 @@ impl Driver {
             .map(|l| (RailId(self.local_id), l.watch()))
     }
 
+    /// Our own shared-memory rail, if open.
     pub(crate) fn local(&self) -> Option<&ShmRail> {
         self.local.as_ref()
     }

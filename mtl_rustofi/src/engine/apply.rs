@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 /// One round of progress: a tick, the completion queues, and a tick again
 /// when something completed (credits freed, queued operations can go).
-pub(super) fn progress(st: &mut State) -> usize {
+pub(super) fn progress(st: &mut State, read_clock: bool) -> usize {
     st.core.tick(&mut st.out);
     if !st.out.actions.is_empty() {
         st.driver.execute(&mut st.core, &mut st.out);
@@ -18,7 +18,7 @@ pub(super) fn progress(st: &mut State) -> usize {
     // After the poll: what arrived counts before peers are judged.
     if st.clock.on {
         st.clock.rounds = st.clock.rounds.wrapping_add(1);
-        if st.clock.rounds.is_multiple_of(CLOCK_EVERY) {
+        if read_clock || st.clock.rounds.is_multiple_of(CLOCK_EVERY) {
             let now = st.clock.start.elapsed();
             if st.clock.stall_reports {
                 if let Some(report) = st.core.tick_stall(now) {

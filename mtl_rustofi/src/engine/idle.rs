@@ -21,6 +21,9 @@ pub(super) struct IdleWatch {
     /// Polls returned early since the last full one (a hint: plain load
     /// and store, racing threads may lose counts).
     pub(super) skipped: AtomicU32,
+    /// The last poll was refused a skip because `FULL_EVERY` had been
+    /// skipped (a hint, as `skipped`).
+    pub(super) forced: AtomicBool,
 }
 
 const FULL_EVERY: u32 = 64;
@@ -35,6 +38,7 @@ impl IdleWatch {
         let n = self.skipped.load(Ordering::Relaxed);
         if n >= FULL_EVERY {
             self.skipped.store(0, Ordering::Relaxed);
+            self.forced.store(true, Ordering::Relaxed);
             return false;
         }
         if self.rings.any_ready() {
@@ -42,6 +46,17 @@ impl IdleWatch {
         }
         self.skipped.store(n + 1, Ordering::Relaxed);
         true
+    }
+
+    /// Whether the poll about to run was forced after skipped ones (and
+    /// clears that).
+    #[inline]
+    pub(super) fn take_forced(&self) -> bool {
+        let forced = self.forced.load(Ordering::Relaxed);
+        if forced {
+            self.forced.store(false, Ordering::Relaxed);
+        }
+        forced
     }
 
     /// Notes, as the token holder leaves a progress round, what the next

@@ -1,12 +1,14 @@
 //! The engine the shim talks to: the protocol core and the libfabric
 //! driver behind the thread handoff.
 //!
-//! Every MTL call becomes a command ([`Cmd`]) pushed on the handoff's
-//! inbox; whichever thread holds the progress token applies it to the core
-//! (see [`crate::handoff`] and `mtl_rustofi/CONCURRENCY.md`), the driver
-//! executes the actions that result, and the finished requests are handed
-//! back to the caller, which delivers them after the token is released, so
-//! a completion callback may call back into the MTL.
+//! A send or receive that finds the progress token free is applied to the
+//! core at once; otherwise it becomes a command ([`Cmd`]) in its request,
+//! pushed on the handoff's inbox, and whichever thread holds the token
+//! applies it (see [`crate::handoff`] and `mtl_rustofi/CONCURRENCY.md`).
+//! Probes and cancels always go as commands and wait for their answer. The
+//! driver executes the actions that result, and the finished requests are
+//! handed back to the caller, which delivers them after the token is
+//! released, so a completion callback may call back into the MTL.
 
 use crate::config::Settings;
 use crate::driver::{Caps, Driver, SameHost};
@@ -31,7 +33,7 @@ mod peers;
 use apply::{apply, apply_all, apply_op, progress};
 use idle::IdleWatch;
 use peers::add_peer;
-use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -155,6 +157,7 @@ impl Engine {
             rings,
             ring_only: AtomicBool::new(false),
             skipped: AtomicU32::new(0),
+            forced: AtomicBool::new(false),
         });
         Ok(Engine {
             idle,
@@ -221,10 +224,16 @@ impl Engine {
     /// the progress token is free; returns at once otherwise. Returns the
     /// number of completions read from the providers.
     fn combine(&self, out: &mut Finished, poll: bool) -> usize {
+        self.combine_reading_clock(out, poll, false)
+    }
+
+    /// [`Engine::combine`]; with `read_clock`, a progress round reads the
+    /// liveness clock whatever its round count.
+    fn combine_reading_clock(&self, out: &mut Finished, poll: bool, read_clock: bool) -> usize {
         let mut events = 0;
         self.handoff.combine(|st, batch| {
             if poll {
-                events += progress(st);
+                events += progress(st, read_clock);
             }
             apply_all(st, batch);
             out.take_from(&mut st.out.events);
@@ -285,6 +294,11 @@ impl Engine {
             out.take_from(&mut st.out.events);
             r
         })?;
+        // The new peer may be one of another rail, which the next poll
+        // must look at.
+        if let Some(w) = &self.idle {
+            w.ring_only.store(false, Ordering::Relaxed);
+        }
         if !self.handoff.inbox_is_empty() {
             self.combine(out, false);
         }
@@ -414,16 +428,8 @@ impl Engine {
         from: Option<PeerId>,
         out: &mut Finished,
     ) -> Result<Option<ProbeInfo>, EngineError> {
-        let mut cmd = Cmd::new(Op::Probe {
-            sel,
-            from,
-            remove: false,
-        });
-        self.submit_and_wait(&mut cmd, out)?;
-        if let Some(why) = cmd.failed {
-            return Err(EngineError(why));
-        }
-        Ok(cmd.found.map(|(info, _)| info))
+        let found = self.probe(sel, from, false, out)?;
+        Ok(found.map(|(info, _)| info))
     }
 
     /// Improbe: like iprobe, but removes the message and returns a handle
@@ -434,16 +440,24 @@ impl Engine {
         from: Option<PeerId>,
         out: &mut Finished,
     ) -> Result<Option<(ProbeInfo, MessageHandle)>, EngineError> {
-        let mut cmd = Cmd::new(Op::Probe {
-            sel,
-            from,
-            remove: true,
-        });
+        let found = self.probe(sel, from, true, out)?;
+        Ok(found.and_then(|(info, h)| h.map(|h| (info, h))))
+    }
+
+    /// Runs a probe command (`remove`: a matched probe) and waits for it.
+    fn probe(
+        &self,
+        sel: Selector,
+        from: Option<PeerId>,
+        remove: bool,
+        out: &mut Finished,
+    ) -> Result<Option<(ProbeInfo, Option<MessageHandle>)>, EngineError> {
+        let mut cmd = Cmd::new(Op::Probe { sel, from, remove });
         self.submit_and_wait(&mut cmd, out)?;
-        if let Some(why) = cmd.failed {
-            return Err(EngineError(why));
+        match cmd.failed.take() {
+            Some(why) => Err(EngineError(why)),
+            None => Ok(cmd.found),
         }
-        Ok(cmd.found.and_then(|(info, h)| h.map(|h| (info, h))))
     }
 
     /// Cancels a queued receive. Returns true if it was cancelled (and a
@@ -456,7 +470,9 @@ impl Engine {
 
     /// Drives the providers once. Returns the number of completions.
     pub(crate) fn progress(&self, out: &mut Finished) -> usize {
-        self.combine(out, true)
+        // A poll forced after skipped ones stands in for all of them.
+        let read_clock = self.idle.as_ref().is_some_and(IdleWatch::take_forced);
+        self.combine_reading_clock(out, true, read_clock)
     }
 
     /// Whether a poll would find nothing, by a look that takes no token
@@ -475,7 +491,7 @@ impl Engine {
         loop {
             let busy = self.handoff.with_token(|st, batch| {
                 apply_all(st, batch);
-                progress(st);
+                progress(st, false);
                 out.take_from(&mut st.out.events);
                 st.core.busy()
             });

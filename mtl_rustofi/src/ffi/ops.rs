@@ -42,8 +42,8 @@ pub unsafe extern "C" fn rustofi_add_peer(
 #[no_mangle]
 pub extern "C" fn rustofi_progress() -> c_int {
     // An empty poll (the common case of a waiting rank) returns after a
-    // few loads, before the unwind guard and the thread-local completion
-    // vector: nothing on that path can panic.
+    // few loads, before the unwind guard and the token: nothing on that
+    // path can panic.
     if component().is_some_and(|c| c.engine.nothing_to_poll()) {
         return 0;
     }

@@ -133,8 +133,10 @@ impl Core {
     /// Sends a small eager message that the driver copies at post
     /// ([`Action::SendInline`]): no bounce buffer, no operation, nothing
     /// reported back; the send is complete at once. Only while nothing
-    /// waits in the rail's queue, so that it does not overtake queued
-    /// packets (the receiver's order check would hold it until they come).
+    /// waits in the rail's queue, so that it rarely overtakes a queued
+    /// packet (one refused earlier in the same batch of actions may still
+    /// go after it; the receiver's order check holds it until the gap is
+    /// filled).
     #[inline]
     fn send_inline(&mut self, s: SendArgs, rail: RailId, out: &mut Out) {
         let len = s.buf.len();
@@ -174,7 +176,8 @@ impl Core {
         out: &mut Out,
     ) {
         let n = wire::BASE_LEN + payload.len();
-        // Counted again when the ordinary packet completes.
+        // Counted again as the ordinary packet goes: the peer's bytes when
+        // it is posted, the rail's when it completes.
         let p = &mut self.peers[peer.index()];
         p.tx_bytes = p.tx_bytes.wrapping_sub(n as u64);
         self.uncount_rail_tx(rail, n);

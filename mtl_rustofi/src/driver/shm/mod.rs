@@ -137,6 +137,8 @@ struct Peer {
     tx: Producer<Raw>,
     /// Full-ring refusals since the peer's liveness was last checked.
     full: u32,
+    /// Its process was found gone: every later packet fails at once.
+    gone: bool,
 }
 
 pub(crate) struct ShmRail {
@@ -282,12 +284,12 @@ impl ShmRail {
         }
     }
 
-    /// The path the segment had, for the runtime's cleanup.
     /// The rings, for threads without the progress token.
     pub(crate) fn watch(&self) -> Arc<RingWatch> {
         self.watch.clone()
     }
 
+    /// The path the segment had, for the runtime's cleanup.
     pub(crate) fn path(&self) -> &str {
         self.seg.path()
     }
@@ -334,6 +336,7 @@ impl ShmRail {
             pid: a.pid,
             tx: Producer::new(self.seg.ring(self.job.rank, r)),
             full: 0,
+            gone: false,
         });
         let ring = self.seg.ring(r, self.job.rank);
         self.rx.push((r, Consumer::new(ring)));
@@ -370,6 +373,9 @@ impl ShmRail {
         let Some(p) = self.peers.get_mut(dest.0 as usize).and_then(Option::as_mut) else {
             return Err(PostError::Hard(-libc::EINVAL));
         };
+        if p.gone {
+            return Err(PostError::Hard(-libc::EPIPE));
+        }
         match p.tx.push(parts) {
             Ok(()) => {
                 p.full = 0;
@@ -380,6 +386,7 @@ impl ShmRail {
                 // died never empties it: look (a system call) now and then.
                 p.full += 1;
                 if p.full % 4096 == 0 && cma::gone(p.pid) {
+                    p.gone = true;
                     return Err(PostError::Hard(-libc::EPIPE));
                 }
                 Err(PostError::Again)

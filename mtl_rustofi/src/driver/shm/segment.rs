@@ -179,7 +179,8 @@ impl Drop for Segment {
 }
 
 // SAFETY: the mapping is plain memory reached through the ring protocol;
-// the segment is owned by the driver, which only the token holder uses.
+// the segment is shared by the driver (used by the token holder) and the
+// rail's `RingWatch` (which only reads ring words atomically).
 unsafe impl Send for Segment {}
 // SAFETY: shared, a segment only hands out ring addresses (`ring`, reading
 // fields set at attach); the memory behind them is reached through the

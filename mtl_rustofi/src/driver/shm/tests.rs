@@ -105,6 +105,12 @@ fn a_dead_reader_fails_the_send_instead_of_blocking_it_forever() {
     };
     assert_eq!(err, PostError::Hard(-libc::EPIPE));
     assert!(again >= 1, "back-pressure first");
+    // Once found gone, the reader fails every later packet at once
+    // (an inline one refused for it is sent again as an ordinary one).
+    assert_eq!(
+        a.send(FiAddr(1), region(&pkt), None),
+        Err(PostError::Hard(-libc::EPIPE))
+    );
 }
 
 #[test]
