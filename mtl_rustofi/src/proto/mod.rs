@@ -441,11 +441,11 @@ impl Core {
         crate::log::error(msg);
     }
 
-    /// Counts bytes a rail moved (see [`Stats::net_tx_bytes`]).
+    /// The counter of bytes `rail` moved (see [`Stats::net_tx_bytes`]).
     #[inline]
-    fn count_rail_bytes(&self, rail: RailId, tx: bool, n: usize) {
+    fn rail_bytes(&self, rail: RailId, tx: bool) -> &AtomicU64 {
         let s = &self.stats;
-        let c = match (self.rails[rail.index()].profile.kind, tx) {
+        match (self.rails[rail.index()].profile.kind, tx) {
             (RailKind::Shm | RailKind::Local, true) => &s.shm_tx_bytes,
             (RailKind::Shm | RailKind::Local, false) => &s.shm_rx_bytes,
             // A stripe rail only reads (the sender's NIC serves them
@@ -453,20 +453,19 @@ impl Core {
             (RailKind::Stripe, _) => &s.stripe_bytes,
             (_, true) => &s.net_tx_bytes,
             (_, false) => &s.net_rx_bytes,
-        };
-        Stats::bump(c, n as u64);
+        }
+    }
+
+    /// Counts bytes a rail moved.
+    #[inline]
+    fn count_rail_bytes(&self, rail: RailId, tx: bool, n: usize) {
+        Stats::bump(self.rail_bytes(rail, tx), n as u64);
     }
 
     /// Takes back bytes counted as sent on `rail` (an inline packet the
     /// driver refused is counted again when it is sent).
     fn uncount_rail_tx(&self, rail: RailId, n: usize) {
-        let s = &self.stats;
-        let c = match self.rails[rail.index()].profile.kind {
-            RailKind::Shm | RailKind::Local => &s.shm_tx_bytes,
-            RailKind::Stripe => &s.stripe_bytes,
-            _ => &s.net_tx_bytes,
-        };
-        c.store(c.load(Relaxed).wrapping_sub(n as u64), Relaxed);
+        Stats::bump(self.rail_bytes(rail, true), (n as u64).wrapping_neg());
     }
 
     fn count_error(&self) {

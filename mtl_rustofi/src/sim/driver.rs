@@ -54,17 +54,11 @@ impl World {
         })
     }
 
-    /// Decides the fate of a post and reports a rejection to the core.
-    fn post_fate(
-        &mut self,
-        n: usize,
-        what: Posted,
-        inj: Inject,
-        err_rate: u32,
-        hard_ok: bool,
-        out: &mut Out,
-    ) -> Fate {
-        let inj = match inj {
+    /// What a post meets: the hook's choice, or the run's random faults
+    /// (an error completion at `err_rate`; a hard rejection only if
+    /// `hard_ok`).
+    fn draw(&mut self, inj: Inject, err_rate: u32, hard_ok: bool) -> Inject {
+        match inj {
             Inject::Normal => {
                 if self.rng.chance(self.faults.post_again) {
                     Inject::Again
@@ -77,7 +71,20 @@ impl World {
                 }
             }
             i => i,
-        };
+        }
+    }
+
+    /// Decides the fate of a post and reports a rejection to the core.
+    fn post_fate(
+        &mut self,
+        n: usize,
+        what: Posted,
+        inj: Inject,
+        err_rate: u32,
+        hard_ok: bool,
+        out: &mut Out,
+    ) -> Fate {
+        let inj = self.draw(inj, err_rate, hard_ok);
         match inj {
             Inject::Again => {
                 self.nodes[n]
@@ -434,15 +441,10 @@ impl World {
                     None,
                     Some(crate::wire::Kind::Eager),
                 );
-                let refused = match inj {
+                // No error completion can follow an inline packet.
+                let refused = match self.draw(inj, 0, true) {
                     Inject::Again => Some(PostError::Again),
                     Inject::Hard(code) => Some(PostError::Hard(code)),
-                    Inject::Normal if self.rng.chance(self.faults.post_again) => {
-                        Some(PostError::Again)
-                    }
-                    Inject::Normal if self.rng.chance(self.faults.post_hard) => {
-                        Some(PostError::Hard(-5))
-                    }
                     _ => None,
                 };
                 if let Some(why) = refused {
