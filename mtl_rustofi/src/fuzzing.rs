@@ -96,6 +96,8 @@ fn profile(s: &mut Script<'_>) -> RailProfile {
         // Inline sends need an inject size; the script takes or refuses
         // each one.
         inline: bits & 128 != 0 && bits & 1 == 0,
+        // Like the own ring, which is the rail that sends inline.
+        rx_kept: bits & 128 != 0 && bits & 1 == 0,
         chunk: 512,
         tx_depth: 4,
         rx_count: RX_COUNT,

@@ -112,6 +112,7 @@ impl FabricRail {
             // excess itself.
             inject_size: caps.inject_size,
             inline: false,
+            rx_kept: false,
             tx_depth: info.tx_size().clamp(16, 1 << 20),
             // A stripe rail only carries reads: no packet arrives on it.
             rx_count: if kind == RailKind::Stripe {

@@ -108,6 +108,11 @@ pub(crate) struct RailProfile {
     /// component's own shared-memory ring): eager sends no larger than
     /// `inject_size` go as [`Action::SendInline`].
     pub(crate) inline: bool,
+    /// The driver keeps its receive slots armed by itself (the own ring,
+    /// whose one slot is the ring's read position): after a packet or a
+    /// receive error the core posts nothing back, which saves an action
+    /// per received packet. The first post at start still arms them.
+    pub(crate) rx_kept: bool,
     /// Most transmit operations in flight (the provider's tx queue depth).
     pub(crate) tx_depth: usize,
     /// Receive bounce buffers the driver holds for this rail.
@@ -254,6 +259,11 @@ pub(crate) struct Core {
     rails: Vec<Rail>,
     peers: Vec<Peer>,
     by_name: HashMap<u64, PeerId>,
+    /// The sender of the last message handled and its peer: a run of
+    /// packets from one peer (a ring read in a batch, a ping-pong) skips
+    /// the hash lookup. Names never change their peer, so it never goes
+    /// stale.
+    last_sender: Option<(u64, PeerId)>,
     matcher: Matcher<PostedRecv, Unexpected>,
     ops: Slab<OpId, Op>,
     mrs: Slab<MrId, MrUse>,
@@ -322,6 +332,7 @@ impl Core {
                 .collect(),
             peers: Vec::new(),
             by_name: HashMap::new(),
+            last_sender: None,
             matcher: Matcher::new(),
             ops: Slab::new(),
             mrs: Slab::new(),
@@ -386,11 +397,16 @@ impl Core {
 
     /// A progress opportunity: sends open bundles and retries queued
     /// operations and receive posts.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn tick(&mut self, out: &mut Out) {
-        if self.tick_is_empty() {
-            return;
+        // The check inline, the work out of line: most ticks find nothing.
+        if !self.tick_is_empty() {
+            self.tick_work(out);
         }
+    }
+
+    #[inline(never)]
+    fn tick_work(&mut self, out: &mut Out) {
         // Bounce buffers retired in an earlier batch of actions: the driver
         // has released their registrations since (ticks come between
         // batches).

@@ -201,9 +201,22 @@ impl Core {
         }
     }
 
+    /// The peer that sent a message, by its sender's name.
+    #[inline]
+    fn sender_peer(&mut self, name: u64) -> Option<PeerId> {
+        match self.last_sender {
+            Some((n, p)) if n == name => Some(p),
+            _ => {
+                let p = *self.by_name.get(&name)?;
+                self.last_sender = Some((name, p));
+                Some(p)
+            }
+        }
+    }
+
     /// Acts on one message; `msg` holds exactly its header and payload.
     fn handle_message(&mut self, hdr: Header, msg: &[u8], out: &mut Out) {
-        let Some(&peer) = self.by_name.get(&hdr.sender) else {
+        let Some(peer) = self.sender_peer(hdr.sender) else {
             self.count_error();
             self.error(&format!(
                 "dropped a {:?} packet from unknown process 0x{:x}",

@@ -125,6 +125,7 @@ mod tests {
             chunk: 1 << 20,
             inject_size: 0,
             inline: false,
+            rx_kept: false,
             tx_depth: 64,
             rx_count: 4,
         };

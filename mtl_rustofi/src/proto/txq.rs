@@ -745,6 +745,9 @@ impl Core {
     /// A receive buffer's packet was handled: post it again.
     #[inline]
     pub(super) fn repost_rx(&mut self, rail: RailId, slot: RxSlot, out: &mut Out) {
+        if self.rails[rail.index()].profile.rx_kept {
+            return;
+        }
         out.actions.push(Action::PostRecv { rail, slot });
     }
 

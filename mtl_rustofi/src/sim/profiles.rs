@@ -93,6 +93,7 @@ fn rail(
         // every control packet.
         inject_size: 0,
         inline: false,
+        rx_kept: false,
         chunk,
         tx_depth,
         rx_count,
@@ -185,6 +186,7 @@ fn local(msg: bool) -> RailProfile {
     RailProfile {
         inject_size: eager + BASE_LEN,
         inline: true,
+        rx_kept: true,
         rndv_read: !msg,
         rndv_msg: msg,
         ..rail(

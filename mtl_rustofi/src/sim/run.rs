@@ -169,7 +169,7 @@ impl World {
                 if !self.nodes[node].alive {
                     return;
                 }
-                self.nodes[node].rails[rail].slots[s] = SlotState::Idle;
+                self.nodes[node].rails[rail].slots[s] = self.slot_after_use(rail);
                 let mut out = Out::new();
                 self.nodes[node].core.on_rx_error(
                     RailId(rail as u8),
@@ -231,8 +231,20 @@ impl World {
         }
     }
 
+    /// What a receive buffer becomes once its packet (or error) was
+    /// handed to the core: idle until the core posts it again, or, on a
+    /// rail whose driver keeps its slots armed, posted still.
+    fn slot_after_use(&self, rail: usize) -> SlotState {
+        if self.rails.profiles[rail].rx_kept {
+            SlotState::Posted
+        } else {
+            SlotState::Idle
+        }
+    }
+
     /// Delivers held packets into posted receive buffers.
     fn drain(&mut self, n: usize, rail: usize) {
+        let after = self.slot_after_use(rail);
         loop {
             let rs = &mut self.nodes[n].rails[rail];
             if rs.pending.is_empty() {
@@ -242,7 +254,7 @@ impl World {
                 return;
             };
             let (_, pkt) = rs.pending.pop_front().expect("not empty");
-            rs.slots[s] = SlotState::Idle;
+            rs.slots[s] = after;
             let mut out = Out::new();
             self.nodes[n]
                 .core

@@ -244,6 +244,8 @@ impl ShmRail {
             // Every packet is copied into the ring at once.
             inject_size: buf_size,
             inline: true,
+            // The one slot is the rings' read position: never consumed.
+            rx_kept: true,
             tx_depth: 1 << 20,
             rx_count: 1,
         };
