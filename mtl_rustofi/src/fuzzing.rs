@@ -231,7 +231,9 @@ pub fn core_packets(data: &[u8]) {
                         next_req
                     }),
                 };
-                let _ = core.send(args, &mut out);
+                if let Ok(sent) = core.send(args, &mut out) {
+                    sent.into_out(&mut out);
+                }
             }
             2 | 3 => {
                 let mut pkt = Vec::new();

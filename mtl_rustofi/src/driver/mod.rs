@@ -20,7 +20,7 @@ use crate::config::{RndvProtocol, Settings};
 use crate::engine::EngineError;
 use crate::fabric::{strerror, CqEntry, FiError, InfoList, MemoryRegion};
 use crate::proto::ids::{FiAddr, MrId, OpId, RailId, RxSlot};
-use crate::proto::{Access, Action, Core, Out, PostError, Posted, RailProfile};
+use crate::proto::{Access, Action, Core, InlineSend, Out, PostError, Posted, RailProfile};
 use crate::sys;
 use crate::usermem::Region;
 use crate::wire::RailKind;
@@ -350,6 +350,28 @@ impl Driver {
         // the first progress call.
         out.actions.clear();
         Ok(())
+    }
+
+    /// Writes an inline packet that the core handed back from a send
+    /// ([`InlineSend`]) into its peer's ring now, as the last action of the
+    /// current output; a refused one (a full ring, a peer gone) goes back
+    /// to the core, whose actions for it are executed here too.
+    #[inline]
+    pub(crate) fn send_inline(&mut self, p: InlineSend, core: &mut Core, out: &mut Out) {
+        let local = if self.local_id == p.rail.0 {
+            self.local.as_mut()
+        } else {
+            None
+        };
+        let r = match local {
+            Some(l) => l.send_inline(p.dest, &p.head, p.payload),
+            // Only the own ring sends inline (its profile says so).
+            None => Err(PostError::Again),
+        };
+        if let Err(e) = r {
+            core.on_inline_refused(p.rail, p.peer, &p.head, p.payload, e, out);
+            self.execute(core, out);
+        }
     }
 
     /// Executes the core's actions in order; every failure to post, and

@@ -3,7 +3,7 @@
 
 use super::{Completion, MessageHandle, State, Status, CLOCK_EVERY};
 use crate::inbox::Batch;
-use crate::proto::{SendArgs, Stats};
+use crate::proto::{InlineSend, SendArgs, Sent, Stats};
 use crate::request::{Cmd, Op};
 use std::sync::atomic::Ordering;
 
@@ -59,7 +59,12 @@ pub(super) fn apply(st: &mut State, cmd: *mut Cmd) {
     let op = unsafe { (*cmd).op };
     let core = &mut st.core;
     match op {
-        Op::Send { .. } | Op::Recv { .. } | Op::Mrecv { .. } => apply_op(st, op),
+        Op::Send { .. } | Op::Recv { .. } | Op::Mrecv { .. } => {
+            // Executed with the rest of the batch's actions.
+            if let Some(p) = apply_op(st, op) {
+                p.queue(&mut st.out);
+            }
+        }
         Op::Cancel { req } => {
             // SAFETY: the request was started by this engine (the shim
             // cancels only its own requests); token held.
@@ -93,9 +98,11 @@ pub(super) fn apply(st: &mut State, cmd: *mut Cmd) {
 }
 
 /// Applies a send or a receive (token held), whether it came through the
-/// inbox or straight from its caller.
+/// inbox or straight from its caller. A small eager send that the driver
+/// copies at post comes back as its packet ([`InlineSend`]), for the
+/// caller to execute after the actions already queued.
 #[inline(always)]
-pub(super) fn apply_op(st: &mut State, op: Op) {
+pub(super) fn apply_op(st: &mut State, op: Op) -> Option<InlineSend> {
     let (core, out) = (&mut st.core, &mut st.out);
     match op {
         Op::Send {
@@ -119,13 +126,17 @@ pub(super) fn apply_op(st: &mut State, op: Op) {
                 sync,
                 req: req.id(),
             };
-            if let Err(e) = core.send(args, out) {
-                crate::log::error(&e.0);
-                Stats::add(&core.stats().errors, 1);
-                out.events.push(Completion::Send {
-                    req: req.id(),
-                    status: Status::Failed,
-                });
+            match core.send(args, out) {
+                Ok(Sent::Inline(p)) => return Some(p),
+                Ok(Sent::Out) => {}
+                Err(e) => {
+                    crate::log::error(&e.0);
+                    Stats::add(&core.stats().errors, 1);
+                    out.events.push(Completion::Send {
+                        req: req.id(),
+                        status: Status::Failed,
+                    });
+                }
             }
         }
         Op::Recv {
@@ -163,4 +174,5 @@ pub(super) fn apply_op(st: &mut State, op: Op) {
             unreachable!("cancels and probes wait for their command")
         }
     }
+    None
 }

@@ -34,12 +34,18 @@ impl Finished {
     #[inline]
     pub(crate) fn take_from(&mut self, events: &mut Vec<Completion>) {
         for e in events.drain(..) {
-            if self.n < INLINE {
-                self.first[self.n] = Some(e);
-                self.n += 1;
-            } else {
-                self.more.push(e);
-            }
+            self.push(e);
+        }
+    }
+
+    /// Adds one finished request.
+    #[inline]
+    pub(crate) fn push(&mut self, c: Completion) {
+        if self.n < INLINE {
+            self.first[self.n] = Some(c);
+            self.n += 1;
+        } else {
+            self.more.push(c);
         }
     }
 

@@ -399,11 +399,18 @@ impl Engine {
             for cmd in batch {
                 apply(st, cmd);
             }
-            if first {
-                apply_op(st, op);
-            }
+            let inline = if first { apply_op(st, op) } else { None };
             if !st.out.actions.is_empty() {
                 st.driver.execute(&mut st.core, &mut st.out);
+            }
+            if let Some(p) = inline {
+                // After what was queued before it, as if it were the last
+                // action; complete for MPI once the driver has it.
+                st.driver.send_inline(p, &mut st.core, &mut st.out);
+                out.push(Completion::Send {
+                    req: p.req,
+                    status: Status::Ok,
+                });
             }
             out.take_from(&mut st.out.events);
             if let Some(w) = &self.idle {

@@ -7,7 +7,7 @@
 //! uncopied and incomplete, until room is made.
 
 use super::action::{Action, Event, InlineHead, Out, PostError, Status};
-use super::ids::{Cookie, PeerId, RailId, ReqId};
+use super::ids::{Cookie, FiAddr, PeerId, RailId, ReqId};
 use super::recv::PostedRecv;
 use super::txq::AfterSend;
 use super::{Core, CoreError, Stats};
@@ -44,11 +44,66 @@ pub(super) fn put_eager(mem: &mut [u8], at: usize, hdr: &Header, buf: &UserBuf) 
     start + buf.len()
 }
 
+/// How [`Core::send`] started a send.
+#[must_use = "an inline packet must be executed and its send completed"]
+#[derive(Debug)]
+pub(crate) enum Sent {
+    /// Queued, sent or deferred through `Out` as usual.
+    Out,
+    /// A small eager packet for the caller to hand to the driver at once,
+    /// after the actions already in `Out` (see [`InlineSend`]).
+    Inline(InlineSend),
+}
+
+/// A small eager send that the driver copies at post (what
+/// [`Action::SendInline`] carries), given straight back to the caller of
+/// [`Core::send`] rather than queued: the engine writes it into the ring
+/// on the spot, and the send is complete for MPI once that is done,
+/// whether the driver took it or refused it (a refused one goes back to
+/// [`Core::on_inline_refused`], which copies it into a bounce buffer).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct InlineSend {
+    pub(crate) rail: RailId,
+    pub(crate) peer: PeerId,
+    pub(crate) dest: FiAddr,
+    pub(crate) head: InlineHead,
+    pub(crate) payload: UserBuf,
+    pub(crate) req: ReqId,
+}
+
+impl InlineSend {
+    /// The packet as an action and its send's completion, for a caller
+    /// that executes `Out` in one pass (what the core does for sends it
+    /// starts by itself).
+    pub(crate) fn queue(self, out: &mut Out) {
+        out.actions.push(Action::SendInline {
+            rail: self.rail,
+            peer: self.peer,
+            dest: self.dest,
+            head: self.head,
+            payload: self.payload,
+        });
+        out.events.push(Event::Send {
+            req: self.req,
+            status: Status::Ok,
+        });
+    }
+}
+
+impl Sent {
+    /// Queues an inline packet into `out` (see [`InlineSend::queue`]).
+    pub(crate) fn into_out(self, out: &mut Out) {
+        if let Sent::Inline(p) = self {
+            p.queue(out);
+        }
+    }
+}
+
 impl Core {
     /// Starts a send, or queues it while the peer's send queue is full
     /// ([`super::flow`]). An error refuses it at once (nothing was sent and
     /// no event will follow).
-    pub(crate) fn send(&mut self, s: SendArgs, out: &mut Out) -> Result<(), CoreError> {
+    pub(crate) fn send(&mut self, s: SendArgs, out: &mut Out) -> Result<Sent, CoreError> {
         self.flush_bundles(Some(s.peer), out);
         self.check_peer(s.peer)?;
         if self.send_must_wait(&s) {
@@ -56,19 +111,24 @@ impl Core {
                 self.rndv_refusal(&s)?;
             }
             self.defer_send(s);
-            return Ok(());
+            return Ok(Sent::Out);
         }
-        self.send_now(s, out)
+        self.send_checked(s, out)
     }
 
     /// Starts a send that flow control let through.
     pub(super) fn send_now(&mut self, s: SendArgs, out: &mut Out) -> Result<(), CoreError> {
         self.check_peer(s.peer)?;
+        self.send_checked(s, out).map(|sent| sent.into_out(out))
+    }
+
+    /// [`Core::send_now`] for a peer known to be reachable.
+    fn send_checked(&mut self, s: SendArgs, out: &mut Out) -> Result<Sent, CoreError> {
         let len = s.buf.len();
         let p = &self.peers[s.peer.index()];
         let rail = p.rail;
         if len > p.eager_limit {
-            return self.start_rndv_send(s, out);
+            return self.start_rndv_send(s, out).map(|()| Sent::Out);
         }
         Stats::bump(&self.stats.sent_msgs, 1);
         Stats::bump(&self.stats.sent_bytes, len as u64);
@@ -84,7 +144,7 @@ impl Core {
             !s.sync && len >= ZERO_COPY_MIN && self.rails[rail.index()].profile.zero_copy;
         if !s.sync && !zero_copy && self.cfg.coalesce {
             if self.coalesce(&s, out) {
-                return Ok(());
+                return Ok(Sent::Out);
             }
         } else {
             self.flush_bundle(s.peer, out);
@@ -95,8 +155,7 @@ impl Core {
             && wire::BASE_LEN + len <= r.profile.inject_size
             && r.retry.is_empty()
         {
-            self.send_inline(s, rail, out);
-            return Ok(());
+            return Ok(Sent::Inline(self.send_inline(s, rail)));
         }
         let mut hdr = self.matchable_header(s.peer, Kind::Eager, s.ctx, s.src, s.tag, len);
         let need = hdr.wire_len() + if zero_copy { 0 } else { len };
@@ -127,18 +186,18 @@ impl Core {
                 });
             }
         }
-        Ok(())
+        Ok(Sent::Out)
     }
 
-    /// Sends a small eager message that the driver copies at post
-    /// ([`Action::SendInline`]): no bounce buffer, no operation, nothing
-    /// reported back; the send is complete at once. Only while nothing
-    /// waits in the rail's queue, so that it rarely overtakes a queued
-    /// packet (one refused earlier in the same batch of actions may still
-    /// go after it; the receiver's order check holds it until the gap is
-    /// filled).
+    /// Makes a small eager message that the driver copies at post
+    /// ([`InlineSend`]): no bounce buffer, no operation, nothing reported
+    /// back; the send is complete once the driver has it. Only while
+    /// nothing waits in the rail's queue, so that it rarely overtakes a
+    /// queued packet (one refused earlier in the same batch of actions may
+    /// still go after it; the receiver's order check holds it until the
+    /// gap is filled).
     #[inline]
-    fn send_inline(&mut self, s: SendArgs, rail: RailId, out: &mut Out) {
+    fn send_inline(&mut self, s: SendArgs, rail: RailId) -> InlineSend {
         let len = s.buf.len();
         let hdr = self.matchable_header(s.peer, Kind::Eager, s.ctx, s.src, s.tag, len);
         let mut head: InlineHead = [0; wire::BASE_LEN];
@@ -148,17 +207,14 @@ impl Core {
         let dest = p.addr;
         self.count_rail_bytes(rail, true, wire::BASE_LEN + len);
         self.stall.moved = true;
-        out.actions.push(Action::SendInline {
+        InlineSend {
             rail,
             peer: s.peer,
             dest,
             head,
             payload: s.buf,
-        });
-        out.events.push(Event::Send {
             req: s.req,
-            status: Status::Ok,
-        });
+        }
     }
 
     /// The driver could not take an inline packet (`_why`: its queue is

@@ -52,7 +52,7 @@ mod txq;
 mod usermr;
 
 pub(crate) use action::{Access, Action, Event, Out, PostError, Posted, Status};
-pub(crate) use eager::SendArgs;
+pub(crate) use eager::{InlineSend, SendArgs, Sent};
 #[cfg(test)]
 pub(crate) use flow::OP_OVERHEAD;
 pub(crate) use recv::ProbeInfo;

@@ -169,7 +169,7 @@ mod tests {
             sync,
             req: ReqId(1),
         };
-        c.send(args, &mut out).unwrap();
+        c.send(args, &mut out).unwrap().into_out(&mut out);
         out
     }
 

@@ -371,7 +371,10 @@ impl World {
                     req: ReqId(req),
                 };
                 let mut out = Out::new();
-                let res = self.nodes[n].core.send(args, &mut out);
+                // The simulated driver executes an inline packet like any
+                // action of the same output.
+                let res =
+                    (self.nodes[n].core.send(args, &mut out)).map(|sent| sent.into_out(&mut out));
                 match res {
                     Ok(()) if m.doomed => self.fail(&format!(
                         "node {n}: a send of {} bytes was accepted on a rail without a rendezvous protocol",

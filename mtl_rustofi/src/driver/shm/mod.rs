@@ -399,7 +399,7 @@ impl ShmRail {
     /// Copies an inline packet (header, then the user's payload) into the
     /// peer's ring.
     #[inline]
-    fn send_inline(
+    pub(crate) fn send_inline(
         &mut self,
         dest: FiAddr,
         head: &[u8],
