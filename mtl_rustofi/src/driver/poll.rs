@@ -17,7 +17,7 @@ impl Driver {
         }
         let rail = RailId(self.local_id);
         let local = self.local.as_mut().map_or(0, |l| l.poll(rail, core, out));
-        if local > 0 {
+        if local > 0 && !out.actions.is_empty() {
             self.execute(core, out);
         }
         total += local;

@@ -45,7 +45,7 @@ impl Core {
                 b.len = put_eager(&mut b.buf.mem, at, &hdr, &s.buf);
                 b.last = at;
                 b.reqs.push(s.req);
-                Stats::add(&self.stats.coalesced, 1);
+                Stats::bump(&self.stats.coalesced, 1);
                 return true;
             }
             self.flush_bundle(s.peer, out);

@@ -198,7 +198,7 @@ impl Core {
             }
             return;
         }
-        Stats::add(&self.stats.unexpected, 1);
+        Stats::bump(&self.stats.unexpected, 1);
         let u = match hdr.kind {
             Kind::Eager => Unexpected::Eager {
                 peer,
@@ -227,8 +227,8 @@ impl Core {
         out: &mut Out,
     ) {
         if status != Status::Failed {
-            Stats::add(&self.stats.recv_msgs, 1);
-            Stats::add(&self.stats.recv_bytes, bytes as u64);
+            Stats::bump(&self.stats.recv_msgs, 1);
+            Stats::bump(&self.stats.recv_bytes, bytes as u64);
         }
         out.events.push(Event::Recv {
             req,

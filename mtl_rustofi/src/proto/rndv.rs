@@ -131,9 +131,9 @@ impl Core {
         let msg = !read && prof.rndv_msg;
         self.flush_bundle(s.peer, out);
         let len = s.buf.len();
-        Stats::add(&self.stats.sent_msgs, 1);
-        Stats::add(&self.stats.sent_bytes, len as u64);
-        Stats::add(&self.stats.rndv, 1);
+        Stats::bump(&self.stats.sent_msgs, 1);
+        Stats::bump(&self.stats.sent_bytes, len as u64);
+        Stats::bump(&self.stats.rndv, 1);
         let cookie = self.new_cookie();
         tracing::debug!(
             peer = s.peer.0,
