@@ -14,6 +14,9 @@ mod rail;
 mod rxmem;
 pub(crate) mod shm;
 
+#[cfg(all(test, not(loom)))]
+mod inline_tests;
+
 pub(crate) use rail::Caps;
 
 use crate::config::{RndvProtocol, Settings};
