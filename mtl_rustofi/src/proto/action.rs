@@ -83,7 +83,11 @@ pub(crate) enum Action {
     /// hands it back with `Core::on_inline_refused` before it executes the
     /// next action; the payload is still valid then, because the send's
     /// completion (already in `Out::events`) reaches the MPI layer only
-    /// after the driver has executed every action of the same output.
+    /// after the driver has executed every action of the same output. A
+    /// send the engine applies for its caller comes back from
+    /// `Core::send` as the same packet (`InlineSend`), which the engine
+    /// hands to the driver at once; this action is for the others (sends
+    /// queued through the inbox or started by the core itself).
     SendInline {
         rail: RailId,
         peer: PeerId,
