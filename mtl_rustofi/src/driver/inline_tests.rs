@@ -66,11 +66,12 @@ fn pair() -> (Side, Side) {
 
 /// Sends `payload` with tag `tag` from `a` the way the engine does: an
 /// inline packet goes to the driver after the actions queued before it.
-/// Returns the number of sends that completed meanwhile.
-fn send(a: &mut Side, payload: &[u8], tag: i32) -> usize {
-    // SAFETY: the payload outlives the send, which completes (and is
-    // copied, into the ring or a bounce buffer) before this returns.
-    let buf = unsafe { UserBuf::new(payload.as_ptr() as *mut u8, payload.len()) };
+/// Returns the sends (by tag) that completed meanwhile.
+fn send(a: &mut Side, payload: &mut [u8], tag: i32) -> Vec<usize> {
+    // SAFETY: the payload lives to the end of the test, and the test
+    // changes it only once its send has completed (copied into the ring
+    // or a bounce buffer), after which the core no longer reads it.
+    let buf = unsafe { UserBuf::new(payload.as_mut_ptr(), payload.len()) };
     let args = SendArgs {
         peer: PeerId(0),
         ctx: 1,
@@ -82,38 +83,50 @@ fn send(a: &mut Side, payload: &[u8], tag: i32) -> usize {
     };
     let sent = a.core.send(args, &mut a.out).unwrap();
     a.driver.execute(&mut a.core, &mut a.out);
-    let mut done = 0;
+    let mut done = Vec::new();
     if let Sent::Inline(p) = sent {
         a.driver.send_inline(p, &mut a.core, &mut a.out);
-        done += 1;
+        done.push(tag as usize);
     }
-    done + sends_done(a)
+    done.extend(sends_done(a));
+    done
 }
 
-/// Sends reported complete since the last look (none may fail).
-fn sends_done(a: &mut Side) -> usize {
-    let mut n = 0;
+/// Sends (by tag) reported complete since the last look; none may fail.
+fn sends_done(a: &mut Side) -> Vec<usize> {
+    let mut done = Vec::new();
     for e in a.out.events.drain(..) {
         match e {
-            Event::Send { status, .. } => {
+            Event::Send { req, status } => {
                 assert_eq!(status, Status::Ok);
-                n += 1;
+                done.push(req.0);
             }
             other => panic!("unexpected event {other:?}"),
         }
     }
-    n
+    done
+}
+
+/// A completed send's buffer is the caller's again: scribble over it, so
+/// that a packet read from it after completion would arrive wrong.
+fn reuse(payloads: &mut [Vec<u8>], done: Vec<usize>, sent: &mut usize) {
+    for tag in done {
+        payloads[tag].fill(0xee);
+        *sent += 1;
+    }
 }
 
 #[test]
 fn inline_sends_into_a_full_ring_are_queued_and_all_arrive_in_order() {
     let (mut a, mut b) = pair();
-    // 4,000 bytes take 63 cells: the 2,048-cell ring holds 32 of them.
+    // 4,000 bytes and a 48-byte header take 64 cells: the 2,048-cell ring
+    // holds 32 of them.
     const N: i32 = 100;
-    let payloads: Vec<Vec<u8>> = (0..N).map(|i| vec![i as u8; 4000]).collect();
+    let mut payloads: Vec<Vec<u8>> = (0..N).map(|i| vec![i as u8; 4000]).collect();
     let mut sent = 0;
-    for (i, p) in payloads.iter().enumerate() {
-        sent += send(&mut a, p, i as i32);
+    for i in 0..N as usize {
+        let done = send(&mut a, &mut payloads[i], i as i32);
+        reuse(&mut payloads, done, &mut sent);
     }
     // The first 32 went inline; the ring then refused one, which was
     // queued, and flow control holds the rest until room is made.
@@ -147,7 +160,8 @@ fn inline_sends_into_a_full_ring_are_queued_and_all_arrive_in_order() {
         a.core.tick(&mut a.out);
         a.driver.execute(&mut a.core, &mut a.out);
         a.driver.poll(&mut a.core, &mut a.out);
-        sent += sends_done(&mut a);
+        let done = sends_done(&mut a);
+        reuse(&mut payloads, done, &mut sent);
         if got.len() == N as usize && sent == N as usize {
             break;
         }

@@ -361,6 +361,7 @@ impl Driver {
     /// to the core, whose actions for it are executed here too.
     #[inline]
     pub(crate) fn send_inline(&mut self, p: InlineSend, core: &mut Core, out: &mut Out) {
+        debug_assert!(out.actions.is_empty(), "actions queued before it go first");
         let local = if self.local_id == p.rail.0 {
             self.local.as_mut()
         } else {

@@ -102,6 +102,7 @@ pub(super) fn apply(st: &mut State, cmd: *mut Cmd) {
 /// copies at post comes back as its packet ([`InlineSend`]), for the
 /// caller to execute after the actions already queued.
 #[inline(always)]
+#[must_use = "an inline packet must be executed and its send completed"]
 pub(super) fn apply_op(st: &mut State, op: Op) -> Option<InlineSend> {
     let (core, out) = (&mut st.core, &mut st.out);
     match op {

@@ -406,9 +406,10 @@ impl Engine {
             if let Some(p) = inline {
                 // After what was queued before it, as if it were the last
                 // action; complete for MPI once the driver has it.
+                let req = p.req;
                 st.driver.send_inline(p, &mut st.core, &mut st.out);
                 out.push(Completion::Send {
-                    req: p.req,
+                    req,
                     status: Status::Ok,
                 });
             }

@@ -61,7 +61,9 @@ pub(crate) enum Sent {
 /// on the spot, and the send is complete for MPI once that is done,
 /// whether the driver took it or refused it (a refused one goes back to
 /// [`Core::on_inline_refused`], which copies it into a bounce buffer).
-#[derive(Clone, Copy, Debug)]
+/// Neither `Copy` nor `Clone`: each one is executed exactly once.
+#[must_use = "an inline packet must be executed and its send completed"]
+#[derive(Debug)]
 pub(crate) struct InlineSend {
     pub(crate) rail: RailId,
     pub(crate) peer: PeerId,

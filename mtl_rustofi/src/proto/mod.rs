@@ -106,7 +106,8 @@ pub(crate) struct RailProfile {
     /// The driver copies a packet's header and payload at post as cheaply
     /// as the core copies into a bounce buffer, and reports nothing (the
     /// component's own shared-memory ring): eager sends no larger than
-    /// `inject_size` go as [`Action::SendInline`].
+    /// `inject_size` go as [`Action::SendInline`], or as the
+    /// [`eager::InlineSend`] that `Core::send` returns to the engine.
     pub(crate) inline: bool,
     /// The driver keeps its receive slots armed by itself (the own ring,
     /// whose one slot is the ring's read position): after a packet or a

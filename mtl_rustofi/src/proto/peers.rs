@@ -154,7 +154,7 @@ impl Core {
     }
 
     /// A packet arrived in receive buffer `slot` of `rail`; the buffer is
-    /// reposted once it has been handled.
+    /// reposted once it has been handled (not on an `rx_kept` rail).
     #[inline]
     pub(crate) fn on_packet(&mut self, rail: RailId, slot: RxSlot, pkt: &[u8], out: &mut Out) {
         let r = &mut self.rails[rail.index()];

@@ -742,7 +742,8 @@ impl Core {
         self.send_packet(peer, b, n, None, AfterSend::Nothing, out);
     }
 
-    /// A receive buffer's packet was handled: post it again.
+    /// A receive buffer's packet was handled: post it again (not on an
+    /// `rx_kept` rail, whose driver keeps it armed).
     #[inline]
     pub(super) fn repost_rx(&mut self, rail: RailId, slot: RxSlot, out: &mut Out) {
         if self.rails[rail.index()].profile.rx_kept {

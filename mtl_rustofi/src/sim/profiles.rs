@@ -174,10 +174,10 @@ fn shm() -> RailProfile {
 /// copied into the ring at once like an inject, no registration (keys are
 /// pids, addresses virtual), reads of large chunks (cross-memory attach),
 /// queue depth never the limit (a full ring is `Again`, which the fault
-/// sets exercise). The real rail has one receive slot that the core hands
-/// back after each packet while the ring holds the next ones; the
-/// simulated provider delivers a packet only into a posted buffer, so the
-/// ring's capacity is modelled as 16 of them. Reads go in 64 KiB chunks
+/// sets exercise). The real rail's one receive slot is its read position,
+/// which the driver keeps armed (`rx_kept`: the core posts nothing back);
+/// here 16 slots take packets in parallel and stay armed after each
+/// packet or receive error, as the ring does. Reads go in 64 KiB chunks
 /// here (the driver's are 4 MiB) so that multi-chunk transfers stay small
 /// enough to check quickly. With `msg`, cross-memory attach is not
 /// permitted and large messages go as data packets.

@@ -4,7 +4,7 @@
 use super::fabric::{slot, Ev, Req, ReqKind, SlotState, World};
 use super::workload::{pattern, Buf, Cmd, ConsumerKind, CANARY, POISON};
 use crate::proto::ids::{RailId, ReqId};
-use crate::proto::{Event, Out, SendArgs, Status};
+use crate::proto::{Event, Out, SendArgs, Sent, Status};
 use crate::usermem::Region;
 
 impl World {
@@ -179,6 +179,13 @@ impl World {
                     &mut out,
                 );
                 self.run_out(node, out);
+                // A slot the driver keeps armed takes what waited meanwhile
+                // (elsewhere the core's repost does, when it is executed).
+                if self.rails.profiles[rail].rx_kept
+                    && !self.nodes[node].rails[rail].pending.is_empty()
+                {
+                    self.schedule(1, Ev::Drain { node, rail });
+                }
             }
             Ev::ReadDo {
                 node,
@@ -371,10 +378,14 @@ impl World {
                     req: ReqId(req),
                 };
                 let mut out = Out::new();
-                // The simulated driver executes an inline packet like any
-                // action of the same output.
-                let res =
-                    (self.nodes[n].core.send(args, &mut out)).map(|sent| sent.into_out(&mut out));
+                // As the engine does: an inline packet goes after every
+                // action of the send's output (and what they led to), its
+                // completion with it.
+                let (res, inline) = match self.nodes[n].core.send(args, &mut out) {
+                    Ok(Sent::Inline(p)) => (Ok(()), Some(p)),
+                    Ok(Sent::Out) => (Ok(()), None),
+                    Err(e) => (Err(e), None),
+                };
                 match res {
                     Ok(()) if m.doomed => self.fail(&format!(
                         "node {n}: a send of {} bytes was accepted on a rail without a rendezvous protocol",
@@ -387,6 +398,11 @@ impl World {
                     Ok(()) => {}
                 }
                 self.run_out(n, out);
+                if let Some(p) = inline {
+                    let mut last = Out::new();
+                    p.queue(&mut last);
+                    self.run_out(n, last);
+                }
             }
             Cmd::Consume(c) => match self.plan.consumers[c].kind {
                 ConsumerKind::Mprobe => self.try_mprobe(n, c, 0),

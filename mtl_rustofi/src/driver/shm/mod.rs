@@ -411,8 +411,10 @@ impl ShmRail {
             return self.push(dest, &[head]);
         }
         // SAFETY: a `UserBuf` is readable for its length while its request
-        // lives, which it does until the driver has executed this action
-        // (see `Action::SendInline`); the slice is dropped before that.
+        // lives, which it does until this returns: the send's completion
+        // reaches MPI only after the driver has executed the action (see
+        // `Action::SendInline`) or, on the engine's direct path, after
+        // `Driver::send_inline` has returned. The slice is dropped first.
         let body = unsafe { std::slice::from_raw_parts(r.addr as *const u8, r.len) };
         self.push(dest, &[head, body])
     }
@@ -496,7 +498,8 @@ impl ShmRail {
     #[inline]
     pub(crate) fn execute(&mut self, a: Action, core: &mut Core, out: &mut Out) {
         let (op, r) = match a {
-            // The rail's one receive slot is handed back after each packet.
+            // The rail's one receive slot is its read position, armed once
+            // at start (`rx_kept`: the core posts nothing after packets).
             Action::PostRecv { .. } => return,
             Action::Send {
                 op,
