@@ -80,6 +80,7 @@ const EAGER: usize = 256;
 
 fn profile(s: &mut Script<'_>) -> RailProfile {
     let bits = s.u8();
+    let ring_like = bits & 128 != 0 && bits & 1 == 0;
     RailProfile {
         kind: RailKind::Net,
         provider: "fuzz".into(),
@@ -95,9 +96,9 @@ fn profile(s: &mut Script<'_>) -> RailProfile {
         inject_size: if bits & 128 != 0 { 128 } else { 0 },
         // Inline sends need an inject size; the script takes or refuses
         // each one.
-        inline: bits & 128 != 0 && bits & 1 == 0,
+        inline: ring_like,
         // Like the own ring, which is the rail that sends inline.
-        rx_kept: bits & 128 != 0 && bits & 1 == 0,
+        rx_kept: ring_like,
         chunk: 512,
         tx_depth: 4,
         rx_count: RX_COUNT,

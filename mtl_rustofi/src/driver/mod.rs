@@ -362,18 +362,15 @@ impl Driver {
     #[inline]
     pub(crate) fn send_inline(&mut self, p: InlineSend, core: &mut Core, out: &mut Out) {
         debug_assert!(out.actions.is_empty(), "actions queued before it go first");
-        let local = if self.local_id == p.rail.0 {
-            self.local.as_mut()
-        } else {
-            None
-        };
-        let r = match local {
-            Some(l) => l.send_inline(p.dest, &p.head, p.payload),
+        match self.local.as_mut() {
+            Some(l) if self.local_id == p.rail.0 => {
+                l.send_inline_or_refuse(p.rail, p.peer, p.dest, &p.head, p.payload, core, out)
+            }
             // Only the own ring sends inline (its profile says so).
-            None => Err(PostError::Again),
-        };
-        if let Err(e) = r {
-            core.on_inline_refused(p.rail, p.peer, &p.head, p.payload, e, out);
+            _ => core.on_inline_refused(p.rail, p.peer, &p.head, p.payload, PostError::Again, out),
+        }
+        // A refused packet's actions.
+        if !out.actions.is_empty() {
             self.execute(core, out);
         }
     }

@@ -24,7 +24,8 @@ pub(crate) mod ring;
 pub(crate) mod segment;
 
 use crate::config::{RndvProtocol, Settings};
-use crate::proto::ids::{FiAddr, RailId, RxSlot};
+use crate::proto::action::InlineHead;
+use crate::proto::ids::{FiAddr, PeerId, RailId, RxSlot};
 use crate::proto::{Action, Core, Out, PostError, Posted, RailProfile};
 use crate::usermem::Region;
 use crate::wire::{self, RailKind};
@@ -396,10 +397,30 @@ impl ShmRail {
         }
     }
 
+    /// Copies an inline packet into the peer's ring, or hands it back to
+    /// the core, which sends it as an ordinary packet (queued behind
+    /// whatever the ring refused before).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn send_inline_or_refuse(
+        &mut self,
+        rail: RailId,
+        peer: PeerId,
+        dest: FiAddr,
+        head: &InlineHead,
+        payload: crate::usermem::UserBuf,
+        core: &mut Core,
+        out: &mut Out,
+    ) {
+        if let Err(e) = self.send_inline(dest, head, payload) {
+            core.on_inline_refused(rail, peer, head, payload, e, out);
+        }
+    }
+
     /// Copies an inline packet (header, then the user's payload) into the
     /// peer's ring.
     #[inline]
-    pub(crate) fn send_inline(
+    fn send_inline(
         &mut self,
         dest: FiAddr,
         head: &[u8],
@@ -523,9 +544,7 @@ impl ShmRail {
                 head,
                 payload,
             } => {
-                if let Err(e) = self.send_inline(dest, &head, payload) {
-                    core.on_inline_refused(rail, peer, &head, payload, e, out);
-                }
+                self.send_inline_or_refuse(rail, peer, dest, &head, payload, core, out);
                 return;
             }
             // Nothing to register: a peer reads by our pid and address.
