@@ -15,16 +15,23 @@ impl Driver {
                 total += self.poll_rail(rail, core, out);
             }
         }
+        total += self.poll_local(core, out);
+        if self.op_ctx.len() > OP_CTX_KEPT {
+            self.shrink_ctx(core.op_ids_bound());
+        }
+        total
+    }
+
+    /// Reads the own shared-memory rail's rings, executing what follows.
+    /// Returns the number of packets read.
+    #[inline]
+    pub(crate) fn poll_local(&mut self, core: &mut Core, out: &mut Out) -> usize {
         let rail = RailId(self.local_id);
         let local = self.local.as_mut().map_or(0, |l| l.poll(rail, core, out));
         if local > 0 && !out.actions.is_empty() {
             self.execute(core, out);
         }
-        total += local;
-        if self.op_ctx.len() > OP_CTX_KEPT {
-            self.shrink_ctx(core.op_ids_bound());
-        }
-        total
+        local
     }
 
     /// Frees the contexts a burst made once the core's operation ids fall

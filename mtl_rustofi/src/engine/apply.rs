@@ -1,7 +1,7 @@
 //! What the token holder does: apply commands to the core, let the driver
 //! execute the resulting actions, and drive progress.
 
-use super::{Completion, MessageHandle, State, Status, CLOCK_EVERY};
+use super::{Clock, Completion, MessageHandle, State, Status, CLOCK_EVERY};
 use crate::inbox::Batch;
 use crate::proto::{InlineSend, SendArgs, Sent, Stats};
 use crate::request::{Cmd, Op};
@@ -9,33 +9,66 @@ use std::sync::atomic::Ordering;
 
 /// One round of progress: a tick, the completion queues, and a tick again
 /// when something completed (credits freed, queued operations can go).
-pub(super) fn progress(st: &mut State, read_clock: bool) -> usize {
+/// With `ring_only` (the last token holder found the core waiting for
+/// nothing but packets of the own rail), a round whose liveness clock is
+/// not due reads the rings alone: the tick and every other rail would
+/// find nothing. A stale `ring_only` delays the rest by one round at most,
+/// since the holder notes the core's state again as it leaves.
+#[inline]
+pub(super) fn progress(st: &mut State, read_clock: bool, ring_only: bool) -> usize {
+    let read_clock = clock_due(&mut st.clock) || read_clock;
+    if ring_only && !read_clock {
+        let n = st.driver.poll_local(&mut st.core, &mut st.out);
+        if n > 0 {
+            tick_and_execute(st);
+        }
+        return n;
+    }
+    full_round(st, read_clock)
+}
+
+/// Counts a round; whether it is one in `CLOCK_EVERY`, when the liveness
+/// clock is read.
+#[inline(always)]
+fn clock_due(clock: &mut Clock) -> bool {
+    if !clock.on {
+        return false;
+    }
+    clock.rounds = clock.rounds.wrapping_add(1);
+    clock.rounds.is_multiple_of(CLOCK_EVERY)
+}
+
+#[inline(always)]
+fn tick_and_execute(st: &mut State) {
+    st.core.tick(&mut st.out);
+    if !st.out.actions.is_empty() {
+        st.driver.execute(&mut st.core, &mut st.out);
+    }
+}
+
+/// The whole round; `read_clock`: the liveness clock is due.
+#[inline(never)]
+fn full_round(st: &mut State, read_clock: bool) -> usize {
     st.core.tick(&mut st.out);
     if !st.out.actions.is_empty() {
         st.driver.execute(&mut st.core, &mut st.out);
     }
     let n = st.driver.poll(&mut st.core, &mut st.out);
     // After the poll: what arrived counts before peers are judged.
-    if st.clock.on {
-        st.clock.rounds = st.clock.rounds.wrapping_add(1);
-        if read_clock || st.clock.rounds.is_multiple_of(CLOCK_EVERY) {
-            let now = st.clock.start.elapsed();
-            if st.clock.stall_reports {
-                if let Some(report) = st.core.tick_stall(now) {
-                    crate::log::line(&format!("{} mtl_rustofi: {report}", crate::log::prefix()));
-                }
-            }
-            st.core.tick_liveness(now, &mut st.out);
-            if !st.out.actions.is_empty() {
-                st.driver.execute(&mut st.core, &mut st.out);
+    if st.clock.on && read_clock {
+        let now = st.clock.start.elapsed();
+        if st.clock.stall_reports {
+            if let Some(report) = st.core.tick_stall(now) {
+                crate::log::line(&format!("{} mtl_rustofi: {report}", crate::log::prefix()));
             }
         }
-    }
-    if n > 0 {
-        st.core.tick(&mut st.out);
+        st.core.tick_liveness(now, &mut st.out);
         if !st.out.actions.is_empty() {
             st.driver.execute(&mut st.core, &mut st.out);
         }
+    }
+    if n > 0 {
+        tick_and_execute(st);
     }
     n
 }

@@ -233,7 +233,13 @@ impl Engine {
         let mut events = 0;
         self.handoff.combine(|st, batch| {
             if poll {
-                events += progress(st, read_clock);
+                // What the last holder noted as it left (the token orders
+                // its store before this load).
+                let ring_only = self
+                    .idle
+                    .as_ref()
+                    .is_some_and(|w| w.ring_only.load(Ordering::Relaxed));
+                events += progress(st, read_clock, ring_only);
             }
             apply_all(st, batch);
             out.take_from(&mut st.out.events);
@@ -499,7 +505,7 @@ impl Engine {
         loop {
             let busy = self.handoff.with_token(|st, batch| {
                 apply_all(st, batch);
-                progress(st, false);
+                progress(st, false, false);
                 out.take_from(&mut st.out.events);
                 st.core.busy()
             });
