@@ -15,16 +15,30 @@ use std::sync::atomic::Ordering;
 /// find nothing. A stale `ring_only` delays the rest by one round at most,
 /// since the holder notes the core's state again as it leaves.
 #[inline]
-pub(super) fn progress(st: &mut State, read_clock: bool, ring_only: bool) -> usize {
+pub(super) fn progress(st: &mut State, read_clock: bool, ring_only: bool) -> Round {
     let read_clock = clock_due(&mut st.clock) || read_clock;
     if ring_only && !read_clock {
         let n = st.driver.poll_local(&mut st.core, &mut st.out);
         if n > 0 {
             tick_and_execute(st);
         }
-        return n;
+        return Round {
+            events: n,
+            rings_only: true,
+        };
     }
-    full_round(st, read_clock)
+    Round {
+        events: full_round(st, read_clock),
+        rings_only: false,
+    }
+}
+
+/// What a progress round did.
+pub(super) struct Round {
+    /// Completions and packets read.
+    pub(super) events: usize,
+    /// Only the rings were read (the core waited for nothing else).
+    pub(super) rings_only: bool,
 }
 
 /// Counts a round; whether it is one in `CLOCK_EVERY`, when the liveness

@@ -69,10 +69,13 @@ impl IdleWatch {
             .store(st.core.waits_only_on(self.rail), Ordering::Relaxed);
     }
 
-    /// Notes, as the token holder leaves after starting operations, that
+    /// Notes, as the token holder leaves after starting operations or
+    /// after a round that read only the rings (`ring_only` was set), that
     /// the next poll must not be skipped if they left work for a tick (a
-    /// queued packet, an open bundle) or posted to a libfabric rail.
-    /// Cheaper than `note`, which looks at every rail.
+    /// queued packet, an open bundle) or posted to a libfabric rail. While
+    /// `ring_only` holds no other rail has a peer (it would need polling),
+    /// so nothing else can end it. Cheaper than `note`, which looks at
+    /// every rail.
     #[inline]
     pub(super) fn note_started(&self, st: &mut State) {
         if st.driver.take_posted_off_ring() || !st.core.tick_is_empty() {

@@ -232,6 +232,7 @@ impl Engine {
     fn combine_reading_clock(&self, out: &mut Finished, poll: bool, read_clock: bool) -> usize {
         let mut events = 0;
         self.handoff.combine(|st, batch| {
+            let mut rings_only = false;
             if poll {
                 // What the last holder noted as it left (the token orders
                 // its store before this load).
@@ -239,12 +240,14 @@ impl Engine {
                     .idle
                     .as_ref()
                     .is_some_and(|w| w.ring_only.load(Ordering::Relaxed));
-                events += progress(st, read_clock, ring_only);
+                let round = progress(st, read_clock, ring_only);
+                events += round.events;
+                rings_only = round.rings_only;
             }
             apply_all(st, batch);
             out.take_from(&mut st.out.events);
             if let Some(w) = &self.idle {
-                if poll {
+                if poll && !rings_only {
                     w.note(st);
                 } else {
                     w.note_started(st);
