@@ -33,9 +33,12 @@ impl Finished {
     /// vector's capacity).
     #[inline]
     pub(crate) fn take_from(&mut self, events: &mut Vec<Completion>) {
-        for e in events.drain(..) {
+        // Copied out and cleared rather than drained: completions are
+        // plain data, and a drain's guard costs more than the copy.
+        for &e in events.iter() {
             self.push(e);
         }
+        events.clear();
     }
 
     /// Adds one finished request.
