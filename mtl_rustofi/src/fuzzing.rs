@@ -3,7 +3,8 @@
 //! the process. Each function takes the fuzzer's bytes, must never panic,
 //! and asserts what must hold for any input.
 //!
-//! - [`header`]: a packet header (`wire::Header::decode_prefix`/`decode`);
+//! - [`header`]: a packet header (`wire::Header::decode_prefix`/`decode`,
+//!   and `wire::EagerMsg::parse` against them);
 //! - [`peer_info`]: a peer's modex record (`wire::PeerInfo::decode`);
 //! - [`core_packets`]: a protocol core fed a script of posted receives,
 //!   sends, operation reports and packets, both well-formed headers with
@@ -32,6 +33,13 @@ pub fn header(data: &[u8]) {
         assert_eq!(n2, n);
     }
     let _ = Header::decode(data);
+    // The receive path reads an eager message in place: exactly what
+    // decodes as one, the same header and length.
+    match (wire::EagerMsg::parse(data), Header::decode_prefix(data)) {
+        (Some((m, n)), full) => assert_eq!(full, Ok((m.header(), n))),
+        (None, Ok((h, _))) => assert_ne!(h.kind, Kind::Eager),
+        (None, Err(_)) => {}
+    }
 }
 
 /// A peer's modex record: whatever decodes must encode to a record that

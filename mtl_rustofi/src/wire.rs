@@ -34,7 +34,13 @@
 //! (the sender coalesces small sends to a peer while an earlier packet to
 //! it is still in flight): every header but the last has `FLAG_MORE` set,
 //! and each is followed by its payload. [`Header::decode_prefix`] walks
-//! such a packet.
+//! such a packet; [`EagerMsg::parse`] reads an eager message of it in
+//! place, without building a [`Header`].
+
+mod eager;
+
+pub(crate) use eager::EagerMsg;
+use eager::{u32_at, u64_at};
 
 pub(crate) const MAGIC: u8 = 0xA7;
 pub(crate) const VERSION: u8 = 4;
@@ -282,37 +288,42 @@ impl Header {
         Ok((Header::decode(pkt)?, pkt.len()))
     }
 
+    /// The header of `kind` whose base part is `head`, without extension.
+    #[inline]
+    fn base(kind: Kind, head: &[u8; BASE_LEN]) -> Header {
+        Header {
+            kind,
+            flags: head[FLAGS_AT],
+            ctx: u32_at(head, 4),
+            src: u32_at(head, 8) as i32,
+            tag: u32_at(head, 12) as i32,
+            seq: u32_at(head, 16),
+            status: u32_at(head, 20),
+            sender: u64_at(head, 24),
+            len: u64_at(head, 32),
+            cookie: u64_at(head, 40),
+            ext0: 0,
+            ext1: 0,
+            stripes: Stripes::default(),
+        }
+    }
+
     /// Parses and validates a received packet of `pkt.len()` bytes. For an
     /// `Eager` packet the payload is `pkt[BASE_LEN..]` and its length must
     /// equal the header's `len`.
     pub(crate) fn decode(pkt: &[u8]) -> Result<Header, DecodeError> {
-        if pkt.len() < BASE_LEN {
+        let Some(head) = pkt.first_chunk::<BASE_LEN>() else {
             return Err(DecodeError::Short(pkt.len()));
-        }
-        if pkt[0] != MAGIC {
-            return Err(DecodeError::BadMagic(pkt[0]));
-        }
-        if pkt[3] != VERSION {
-            return Err(DecodeError::BadVersion(pkt[3]));
-        }
-        let kind = Kind::from_u8(pkt[1]).ok_or(DecodeError::BadKind(pkt[1]))?;
-        let u32_at = |o: usize| u32::from_le_bytes(pkt[o..o + 4].try_into().unwrap());
-        let u64_at = |o: usize| u64::from_le_bytes(pkt[o..o + 8].try_into().unwrap());
-        let mut h = Header {
-            kind,
-            flags: pkt[2],
-            ctx: u32_at(4),
-            src: u32_at(8) as i32,
-            tag: u32_at(12) as i32,
-            seq: u32_at(16),
-            status: u32_at(20),
-            sender: u64_at(24),
-            len: u64_at(32),
-            cookie: u64_at(40),
-            ext0: 0,
-            ext1: 0,
-            stripes: Stripes::default(),
         };
+        if head[0] != MAGIC {
+            return Err(DecodeError::BadMagic(head[0]));
+        }
+        if head[3] != VERSION {
+            return Err(DecodeError::BadVersion(head[3]));
+        }
+        let kind = Kind::from_u8(head[1]).ok_or(DecodeError::BadKind(head[1]))?;
+        let u64_at = |o: usize| u64::from_le_bytes(pkt[o..o + 8].try_into().unwrap());
+        let mut h = Header::base(kind, head);
         let striped = kind == Kind::Rts && h.flags & FLAG_STRIPE != 0;
         let want = match kind {
             Kind::Eager => (BASE_LEN as u64).checked_add(h.len),

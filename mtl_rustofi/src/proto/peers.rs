@@ -6,10 +6,11 @@
 
 use super::action::{Event, Out, Status};
 use super::coalesce::Bundle;
-use super::ids::{FiAddr, PeerId, RailId, RxSlot};
+use super::ids::{Cookie, FiAddr, PeerId, RailId, RxSlot};
 use super::{Core, CoreError, Stats};
+use crate::matching::Envelope;
 use crate::order::Reorder;
-use crate::wire::{self, Header, Kind, RailKind};
+use crate::wire::{self, EagerMsg, Header, Kind, RailKind};
 
 /// A matchable message that arrived before its predecessors.
 pub(super) struct Held {
@@ -157,11 +158,11 @@ impl Core {
     /// reposted once it has been handled (not on an `rx_kept` rail).
     #[inline]
     pub(crate) fn on_packet(&mut self, rail: RailId, slot: RxSlot, pkt: &[u8], out: &mut Out) {
+        self.count_rail_bytes(rail, false, pkt.len());
         let r = &mut self.rails[rail.index()];
         if !r.rx_failing.is_empty() {
             r.rx_failing.remove(&slot);
         }
-        self.count_rail_bytes(rail, false, pkt.len());
         self.handle_packet(pkt, out);
         self.repost_rx(rail, slot, out);
     }
@@ -183,9 +184,18 @@ impl Core {
         }
         let mut off = 0;
         while off < pkt.len() {
-            match Header::decode_prefix(&pkt[off..]) {
+            let rest = &pkt[off..];
+            // The common message, a well-formed eager one, is read in
+            // place; anything else goes through the full decoder, which
+            // also says what is wrong with a malformed message.
+            if let Some((msg, n)) = EagerMsg::parse(rest) {
+                self.handle_eager(msg, out);
+                off += n;
+                continue;
+            }
+            match Header::decode_prefix(rest) {
                 Ok((hdr, n)) => {
-                    self.handle_message(hdr, &pkt[off..off + n], out);
+                    self.handle_message(hdr, &rest[..n], out);
                     off += n;
                 }
                 Err(e) => {
@@ -214,14 +224,33 @@ impl Core {
         }
     }
 
+    /// Acts on one eager message: what [`Self::handle_message`] does for
+    /// it, reading its fields in place.
+    #[inline]
+    fn handle_eager(&mut self, msg: EagerMsg<'_>, out: &mut Out) {
+        let Some(peer) = self.sender_peer(msg.sender()) else {
+            self.unknown_sender(Kind::Eager, msg.sender());
+            return;
+        };
+        self.heard_from(peer);
+        if self.peers[peer.index()].order.take_in_order(msg.seq()) {
+            // In order: match straight out of the bounce buffer.
+            let env = Envelope {
+                ctx: msg.ctx(),
+                src: msg.src(),
+                tag: msg.tag(),
+            };
+            let sync = sync_cookie(msg.flags(), msg.cookie());
+            self.on_eager(peer, env, sync, msg.payload(), out);
+            return;
+        }
+        self.hold(peer, msg.header(), msg.payload(), out);
+    }
+
     /// Acts on one message; `msg` holds exactly its header and payload.
     fn handle_message(&mut self, hdr: Header, msg: &[u8], out: &mut Out) {
         let Some(peer) = self.sender_peer(hdr.sender) else {
-            self.count_error();
-            self.error(&format!(
-                "dropped a {:?} packet from unknown process 0x{:x}",
-                hdr.kind, hdr.sender
-            ));
+            self.unknown_sender(hdr.kind, hdr.sender);
             return;
         };
         self.heard_from(peer);
@@ -234,20 +263,7 @@ impl Core {
                     self.on_matchable(peer, &hdr, payload, out);
                     return;
                 }
-                let mut ready = Vec::new();
-                let seq = hdr.seq;
-                let held = Held {
-                    hdr,
-                    data: payload.to_vec(),
-                };
-                if p.order.accept(seq, held, &mut ready).is_err() {
-                    self.count_error();
-                    self.error(&format!("dropped a duplicate packet (seq {seq})"));
-                    return;
-                }
-                for h in ready {
-                    self.on_matchable(peer, &h.hdr, &h.data, out);
-                }
+                self.hold(peer, hdr, payload, out);
             }
             Kind::SyncAck => self.on_sync_ack(&hdr, out),
             Kind::Fin => self.on_fin(peer, &hdr, out),
@@ -257,6 +273,41 @@ impl Core {
             Kind::Ping => self.on_ping(peer, out),
             Kind::Pong => self.on_pong(peer),
         }
+    }
+
+    /// A matchable message from `peer` that is not the next in order:
+    /// held until its predecessors are here (then it and every held one
+    /// that follows are matched), or dropped as a duplicate. Out of line:
+    /// a transport that keeps order never comes here.
+    #[cold]
+    fn hold(&mut self, peer: PeerId, hdr: Header, payload: &[u8], out: &mut Out) {
+        let mut ready = Vec::new();
+        let seq = hdr.seq;
+        let held = Held {
+            hdr,
+            data: payload.to_vec(),
+        };
+        if self.peers[peer.index()]
+            .order
+            .accept(seq, held, &mut ready)
+            .is_err()
+        {
+            self.count_error();
+            self.error(&format!("dropped a duplicate packet (seq {seq})"));
+            return;
+        }
+        for h in ready {
+            self.on_matchable(peer, &h.hdr, &h.data, out);
+        }
+    }
+
+    /// A message from a process that is not a peer is dropped.
+    #[cold]
+    fn unknown_sender(&self, kind: Kind, name: u64) {
+        self.count_error();
+        self.error(&format!(
+            "dropped a {kind:?} packet from unknown process 0x{name:x}"
+        ));
     }
 
     /// The next header of a matchable message to `peer`, with its sequence
@@ -288,4 +339,11 @@ pub(super) fn has(hdr: &Header, flag: u8) -> bool {
 }
 
 /// The flag set of a synchronous send.
-pub(super) const SYNC: u8 = wire::FLAG_SYNC;
+const SYNC: u8 = wire::FLAG_SYNC;
+
+/// The cookie to acknowledge a matchable message's match with, if its
+/// flags make it a synchronous send.
+#[inline]
+pub(super) fn sync_cookie(flags: u8, cookie: u64) -> Option<Cookie> {
+    (flags & SYNC != 0).then_some(Cookie(cookie))
+}
