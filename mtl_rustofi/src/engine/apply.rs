@@ -9,11 +9,13 @@ use std::sync::atomic::Ordering;
 
 /// One round of progress: a tick, the completion queues, and a tick again
 /// when something completed (credits freed, queued operations can go).
-/// With `ring_only` (the last token holder found the core waiting for
+/// With `ring_only` (the last token holder left the core waiting for
 /// nothing but packets of the own rail), a round whose liveness clock is
 /// not due reads the rings alone: the tick and every other rail would
-/// find nothing. A stale `ring_only` delays the rest by one round at most,
-/// since the holder notes the core's state again as it leaves.
+/// find nothing. Every holder keeps that flag true to the core's state as
+/// it leaves (see [`super::IdleWatch`]), so under the token it is exact,
+/// not a hint; `read_clock` (a poll forced after skipped ones) and a due
+/// clock always take the whole round.
 #[inline]
 pub(super) fn progress(st: &mut State, read_clock: bool, ring_only: bool) -> Round {
     let read_clock = clock_due(&mut st.clock) || read_clock;

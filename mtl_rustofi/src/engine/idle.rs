@@ -10,10 +10,15 @@ use std::sync::Arc;
 /// progress token: the token holder says, as it leaves, whether the core
 /// only waits for packets on the shared-memory rail (`ring_only`); a poll
 /// then returns if no command is queued and no ring holds a packet. Each
-/// answer may be stale (another thread may change either meanwhile), so
-/// one poll in `FULL_EVERY` goes the whole way regardless: a stale "idle"
-/// delays work by at most that many polls, and the liveness clock keeps
-/// running.
+/// answer may be stale to a thread without the token (another thread may
+/// change either meanwhile), so one poll in `FULL_EVERY` skipped goes the
+/// whole way regardless: a stale "idle" delays work by at most that many
+/// polls, and the liveness clock keeps running.
+///
+/// Under the token `ring_only` is exact: every holder keeps it true to the
+/// core's state before it leaves (`note` after a full round, peer setup
+/// and the other rare operations; `note_started` after anything else), and
+/// a round that finds it set reads only the rings.
 pub(super) struct IdleWatch {
     pub(super) rail: RailId,
     pub(super) rings: Arc<RingWatch>,
@@ -59,8 +64,9 @@ impl IdleWatch {
         forced
     }
 
-    /// Notes, as the token holder leaves a progress round, what the next
-    /// poll may skip.
+    /// Notes, as the token holder leaves a full progress round (or peer
+    /// setup, quiesce, the release of cached registrations), what the next
+    /// poll may skip, from every rail's state.
     #[inline]
     pub(super) fn note(&self, st: &mut State) {
         // The rails' own state says what a post left to do.

@@ -29,6 +29,8 @@ mod apply;
 mod finished;
 mod idle;
 mod peers;
+#[cfg(all(test, not(loom)))]
+mod tests;
 
 use apply::{apply, apply_all, apply_op, progress};
 use idle::IdleWatch;
@@ -224,23 +226,24 @@ impl Engine {
     /// the progress token is free; returns at once otherwise. Returns the
     /// number of completions read from the providers.
     fn combine(&self, out: &mut Finished, poll: bool) -> usize {
-        self.combine_reading_clock(out, poll, false)
-    }
-
-    /// [`Engine::combine`]; with `read_clock`, a progress round reads the
-    /// liveness clock whatever its round count.
-    fn combine_reading_clock(&self, out: &mut Finished, poll: bool, read_clock: bool) -> usize {
         let mut events = 0;
         self.handoff.combine(|st, batch| {
             let mut rings_only = false;
             if poll {
-                // What the last holder noted as it left (the token orders
-                // its store before this load).
-                let ring_only = self
-                    .idle
-                    .as_ref()
-                    .is_some_and(|w| w.ring_only.load(Ordering::Relaxed));
-                let round = progress(st, read_clock, ring_only);
+                // A poll forced after skipped ones stands in for all of
+                // them: it reads the liveness clock and goes the whole way.
+                // Taken under the token, so that the round that clears it
+                // is the one that does so.
+                let forced = self.idle.as_ref().is_some_and(IdleWatch::take_forced);
+                // What the last holder noted as it left: every holder
+                // keeps the flag true to the core's state (see `IdleWatch`),
+                // and the token orders its store before this load.
+                let ring_only = !forced
+                    && self
+                        .idle
+                        .as_ref()
+                        .is_some_and(|w| w.ring_only.load(Ordering::Relaxed));
+                let round = progress(st, forced, ring_only);
                 events += round.events;
                 rings_only = round.rings_only;
             }
@@ -301,13 +304,13 @@ impl Engine {
             apply_all(st, batch);
             let r = add_peer(st, name, modex, local);
             out.take_from(&mut st.out.events);
+            // The new peer may be one of another rail, which the next
+            // poll must look at: noted before the token goes.
+            if let Some(w) = &self.idle {
+                w.note(st);
+            }
             r
         })?;
-        // The new peer may be one of another rail, which the next poll
-        // must look at.
-        if let Some(w) = &self.idle {
-            w.ring_only.store(false, Ordering::Relaxed);
-        }
         if !self.handoff.inbox_is_empty() {
             self.combine(out, false);
         }
@@ -487,9 +490,7 @@ impl Engine {
 
     /// Drives the providers once. Returns the number of completions.
     pub(crate) fn progress(&self, out: &mut Finished) -> usize {
-        // A poll forced after skipped ones stands in for all of them.
-        let read_clock = self.idle.as_ref().is_some_and(IdleWatch::take_forced);
-        self.combine_reading_clock(out, true, read_clock)
+        self.combine(out, true)
     }
 
     /// Whether a poll would find nothing, by a look that takes no token
@@ -510,6 +511,9 @@ impl Engine {
                 apply_all(st, batch);
                 progress(st, false, false);
                 out.take_from(&mut st.out.events);
+                if let Some(w) = &self.idle {
+                    w.note(st);
+                }
                 st.core.busy()
             });
             let Ok(busy) = busy else {
@@ -542,6 +546,9 @@ impl Engine {
             st.core.release_mr_cache(&mut st.out);
             if !st.out.actions.is_empty() {
                 st.driver.execute(&mut st.core, &mut st.out);
+            }
+            if let Some(w) = &self.idle {
+                w.note(st);
             }
         });
     }
