@@ -76,11 +76,13 @@
 //! | cancel of a specific receive                | O(1) + O(log B)                       |
 //! | cancel of a wildcard receive                | O(log W)                              |
 //! | drain of one context / everything           | linear in the number of bins and drained entries |
+//! | removal of posted receives by a predicate   | linear in the number of bins and posted receives |
 //!
 //! A fully specific lookup therefore never depends on the depth of other bins
 //! or of other contexts.
 
 mod bins;
+mod bulk;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -326,23 +328,26 @@ impl<R, U> Matcher<R, U> {
         let seq = self.next_post;
         self.next_post += 1;
         self.posted_count += 1;
-        match sel.specific_key() {
+        // Both arms build the ticket here from plain values (not one in
+        // `post_wild`), so that it stays in registers to the caller.
+        let at = match sel.specific_key() {
             Some(key) => {
                 self.posted_bins
                     .get_or_insert(key)
                     .push_back(Posted { seq, r });
-                Err(PostId {
-                    seq,
-                    at: Loc::Specific(key),
-                })
+                Loc::Specific(key)
             }
-            None => Err(self.post_wild(sel, seq, r)),
-        }
+            None => {
+                self.post_wild(sel, seq, r);
+                Loc::Wild(sel.ctx)
+            }
+        };
+        Err(PostId { seq, at })
     }
 
     /// Queues wildcard receive `seq`.
     #[inline(never)]
-    fn post_wild(&mut self, sel: Selector, seq: u64, r: R) -> PostId {
+    fn post_wild(&mut self, sel: Selector, seq: u64, r: R) {
         self.posted_wild.get_or_insert(sel.ctx).insert(
             seq,
             WildPosted {
@@ -352,10 +357,6 @@ impl<R, U> Matcher<R, U> {
             },
         );
         self.wild_count += 1;
-        PostId {
-            seq,
-            at: Loc::Wild(sel.ctx),
-        }
     }
 
     /// A message arrived. Some((r, u)) if it matched a posted receive
@@ -519,65 +520,6 @@ impl<R, U> Matcher<R, U> {
     /// Number of queued unexpected messages.
     pub fn unexpected_len(&self) -> usize {
         self.unexpected_count
-    }
-
-    /// Remove and return every posted receive and unexpected message of a
-    /// context (for communicator teardown / finalize).
-    ///
-    /// Receives are returned in posting order, messages in arrival order.
-    pub fn drain_ctx(&mut self, ctx: u32) -> (Vec<R>, Vec<(Envelope, U)>) {
-        self.drain_where(|c| c == ctx)
-    }
-
-    /// Remove and return every posted receive and unexpected message of every
-    /// context.
-    ///
-    /// Receives are returned in posting order, messages in arrival order.
-    /// Sequence counters are not reset, so earlier [`PostId`]s stay invalid.
-    pub fn drain_all(&mut self) -> (Vec<R>, Vec<(Envelope, U)>) {
-        self.drain_where(|_| true)
-    }
-
-    /// Drains the contexts that satisfy `pred`.
-    fn drain_where(&mut self, pred: impl Fn(u32) -> bool) -> (Vec<R>, Vec<(Envelope, U)>) {
-        let mut posted: Vec<(u64, R)> = Vec::new();
-        self.posted_bins.drain_where(
-            |k| pred(k.ctx),
-            |_, bin| posted.extend(bin.into_iter().map(|p| (p.seq, p.r))),
-        );
-        let specific = posted.len();
-        self.posted_wild.drain_where(
-            |&c| pred(c),
-            |_, list| posted.extend(list.into_iter().map(|(seq, w)| (seq, w.r))),
-        );
-        self.wild_count -= posted.len() - specific;
-        self.posted_count -= posted.len();
-
-        let mut unexpected: Vec<(u64, Envelope, U)> = Vec::new();
-        self.unexpected_bins.drain_where(
-            |k| pred(k.ctx),
-            |key, bin| {
-                let env = Envelope::from_key(key);
-                unexpected.extend(bin.into_iter().map(|e| (e.seq, env, e.u)));
-            },
-        );
-        self.unexpected_order.drain_where(|&c| pred(c), |_, _| {});
-        self.unexpected_count -= unexpected.len();
-
-        Self::finish_drain(posted, unexpected)
-    }
-
-    /// Sorts drained entries by sequence number and strips the numbers.
-    fn finish_drain(
-        mut posted: Vec<(u64, R)>,
-        mut unexpected: Vec<(u64, Envelope, U)>,
-    ) -> (Vec<R>, Vec<(Envelope, U)>) {
-        posted.sort_unstable_by_key(|e| e.0);
-        unexpected.sort_unstable_by_key(|e| e.0);
-        (
-            posted.into_iter().map(|(_, r)| r).collect(),
-            unexpected.into_iter().map(|(_, env, u)| (env, u)).collect(),
-        )
     }
 
     /// Arrival sequence number and bin key of the earliest-arrived queued

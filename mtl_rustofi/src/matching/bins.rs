@@ -209,7 +209,11 @@ impl<K: Copy + Eq + Hash, C: Container> Bins<K, C> {
         if !self.last_is(key) {
             self.last = self.table.find_bucket_index(hash(key), |s| s.key == *key)?;
         }
-        self.table.get_bucket_mut(self.last)
+        // SAFETY: bucket `last` is in bounds and occupied: `last_is` just
+        // found it so, or `find_bucket_index` just returned it, and the
+        // table has not changed since. (`get_bucket_mut` would test both
+        // again, on every match of an arriving message.)
+        Some(unsafe { self.table.get_bucket_unchecked_mut(self.last) })
     }
 
     /// The container of `key`, created (from the spare list if it can) if
@@ -222,8 +226,11 @@ impl<K: Copy + Eq + Hash, C: Container> Bins<K, C> {
                 None => self.insert(key),
             };
         }
-        let slot = self.table.get_bucket_mut(self.last);
-        &mut slot.expect("the bucket just found or filled").c
+        // SAFETY: bucket `last` is in bounds and occupied: `last_is` just
+        // found it so, or `find_bucket_index` or `insert` just returned
+        // it, and the table has not changed since. (`get_bucket_mut`
+        // would test both again, on every post.)
+        unsafe { &mut self.table.get_bucket_unchecked_mut(self.last).c }
     }
 
     #[cold]
@@ -283,9 +290,25 @@ impl<K: Copy + Eq + Hash, C: Container> Bins<K, C> {
     }
 
     /// Every container with its key, empty (parked) ones included.
-    #[cfg(test)]
     pub(super) fn iter(&self) -> impl Iterator<Item = (&K, &C)> {
         self.table.iter().map(|s| (&s.key, &s.c))
+    }
+
+    /// Passes every container with its key to `f`, which may take entries
+    /// out of it, then parks those it left empty (as [`Slot::newly_empty`]
+    /// and [`Bins::park`] would one at a time; the table cannot be changed
+    /// while it is walked).
+    pub(super) fn for_each_mut(&mut self, mut f: impl FnMut(&K, &mut C)) {
+        let mut emptied = Vec::new();
+        for s in self.table.iter_mut() {
+            f(&s.key, &mut s.c);
+            if s.newly_empty() {
+                emptied.push(s.key);
+            }
+        }
+        for key in emptied {
+            self.park(key);
+        }
     }
 
     /// Number of non-empty containers.
@@ -374,5 +397,32 @@ mod tests {
         b.drain_where(|_| true, |_, _| {});
         assert_eq!(b.allocated(), 0);
         b.check();
+    }
+
+    #[test]
+    fn containers_emptied_in_a_walk_are_parked_within_the_bound() {
+        let mut b: Bins<u32, VecDeque<u32>> = Bins::new();
+        for k in 0..40u32 {
+            b.get_or_insert(k).extend([k, k + 100]);
+        }
+        // Emptying 20 containers parks them all, evicting all but
+        // `PARKED`; the others lose one entry and stay.
+        b.for_each_mut(|&k, c| {
+            if k % 2 == 0 {
+                c.clear();
+            } else {
+                c.pop_front();
+            }
+        });
+        b.check();
+        assert_eq!(b.occupied(), 20);
+        assert_eq!(b.allocated(), 20 + PARKED);
+        for k in (1..40u32).step_by(2) {
+            assert_eq!(b.get(&k).map(|c| c.len()), Some(1));
+        }
+        // A walk that empties nothing parks nothing more.
+        b.for_each_mut(|_, _| {});
+        b.check();
+        assert_eq!(b.allocated(), 20 + PARKED);
     }
 }

@@ -33,7 +33,7 @@
 //! ([`Core::tick_liveness`]), so the simulator runs this on its own clock.
 
 use super::action::{Action, Event, Out, Status};
-use super::ids::{Cookie, OpId, PeerId, RndvId};
+use super::ids::{Cookie, OpId, PeerId, ReqId, RndvId};
 use super::txq::Op;
 use super::Core;
 use crate::matching::{PostId, Selector, Source, Tag};
@@ -41,10 +41,6 @@ use crate::wire::Kind;
 use hashbrown::HashSet;
 use std::collections::VecDeque;
 use std::time::Duration;
-
-/// Fewest receives kept per peer before the list is pruned of matched
-/// ones.
-const PRUNE_MIN: usize = 64;
 
 /// Bytes sent to a peer since it was last shown to have read (it answered
 /// a `Ping` sent after them) beyond which an unsent `Ping` proves nothing:
@@ -80,11 +76,6 @@ struct PeerLive {
     probed: bool,
     /// Its process id, for a peer on this host.
     pid: Option<u32>,
-    /// Receives posted for exactly this source (some may have matched
-    /// since; pruned as the list grows): the post ticket and the source
-    /// rank and tag a failure reports.
-    posted: Vec<(PostId, i32, i32)>,
-    prune_at: usize,
 }
 
 /// Liveness state of the core.
@@ -152,23 +143,6 @@ impl Core {
         self.peer_lost(peer, out);
     }
 
-    /// A receive for exactly `peer` went into the posted queue. Fails it
-    /// at once if the peer is lost already.
-    pub(super) fn note_posted(&mut self, peer: PeerId, id: PostId, sel: &Selector, out: &mut Out) {
-        let (src, tag) = source_tag(sel);
-        if self.peers[peer.index()].lost {
-            self.fail_posted(id, src, tag, out);
-            return;
-        }
-        let matcher = &self.matcher;
-        let l = self.live.peer(peer);
-        l.posted.push((id, src, tag));
-        if l.posted.len() >= l.prune_at.max(PRUNE_MIN) {
-            l.posted.retain(|&(id, _, _)| matcher.is_posted(id));
-            l.prune_at = 2 * l.posted.len();
-        }
-    }
-
     /// A probe for exactly `peer` found nothing: an error if the peer is
     /// lost (nothing more will come from it), else the peer is watched.
     pub(super) fn note_probed(&mut self, peer: PeerId) -> Result<(), super::CoreError> {
@@ -182,26 +156,23 @@ impl Core {
         Ok(())
     }
 
-    /// Fails every receive posted for exactly this (lost) peer.
+    /// Fails every receive posted for exactly this (lost) peer. The posted
+    /// entries name their peer, so nothing is recorded per post for this:
+    /// losing a peer is rare, and walks the posted queue.
     pub(super) fn fail_posted_of(&mut self, peer: PeerId, out: &mut Out) {
-        let Some(l) = self.live.peers.get_mut(peer.index()) else {
-            return;
-        };
-        for (id, src, tag) in std::mem::take(&mut l.posted) {
-            self.fail_posted(id, src, tag, out);
+        let gone = self.matcher.remove_posted_where(|p| p.from == Some(peer));
+        self.stats.posted_now.down(gone.len() as u64);
+        for (sel, p) in gone {
+            unreachable_recv(p.req, &sel, out);
         }
     }
 
-    fn fail_posted(&mut self, id: PostId, src: i32, tag: i32, out: &mut Out) {
+    /// Fails a receive posted for a peer that is lost already.
+    #[cold]
+    pub(super) fn fail_posted(&mut self, id: PostId, sel: &Selector, out: &mut Out) {
         if let Some(p) = self.matcher.cancel(id) {
             self.stats.posted_now.down(1);
-            out.events.push(Event::Recv {
-                req: p.req,
-                src,
-                tag,
-                bytes: 0,
-                status: Status::Unreachable,
-            });
+            unreachable_recv(p.req, sel, out);
         }
     }
 
@@ -423,11 +394,11 @@ impl Core {
         for &p in self.flow.waiting() {
             w[p.index()] = true;
         }
-        let matcher = &self.matcher;
-        for (i, l) in self.live.peers.iter_mut().enumerate() {
-            if !l.posted.is_empty() {
-                l.posted.retain(|&(id, _, _)| matcher.is_posted(id));
-                w[i] |= !l.posted.is_empty();
+        // A walk of the posted queue, once a round, instead of a count
+        // per peer kept up on every post and match.
+        for p in self.matcher.posted() {
+            if let Some(x) = p.from.and_then(|peer| w.get_mut(peer.index())) {
+                *x = true;
             }
         }
         w
@@ -443,8 +414,9 @@ fn completes_without_peer(p: &super::RailProfile) -> bool {
     !p.provider.contains("rxd")
 }
 
-/// The source rank and tag a failed receive reports.
-fn source_tag(sel: &Selector) -> (i32, i32) {
+/// Reports a receive failed for its lost peer, with the source rank and
+/// tag of its selector.
+fn unreachable_recv(req: ReqId, sel: &Selector, out: &mut Out) {
     let src = match sel.src {
         Source::Rank(r) => r,
         Source::Any => crate::matching::ANY,
@@ -453,7 +425,13 @@ fn source_tag(sel: &Selector) -> (i32, i32) {
         Tag::Value(t) => t,
         _ => crate::matching::ANY,
     };
-    (src, tag)
+    out.events.push(Event::Recv {
+        req,
+        src,
+        tag,
+        bytes: 0,
+        status: Status::Unreachable,
+    });
 }
 
 impl Core {

@@ -39,6 +39,8 @@ mod eager;
 mod flow;
 pub(crate) mod ids;
 mod liveness;
+#[cfg(test)]
+mod lost_recv_tests;
 mod mrcache;
 mod peers;
 mod recv;

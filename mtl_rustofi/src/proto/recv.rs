@@ -13,6 +13,10 @@ use crate::wire::{Header, Kind};
 pub(super) struct PostedRecv {
     pub(super) req: ReqId,
     pub(super) buf: UserBuf,
+    /// The peer of a specific source, if known when posted: the receive
+    /// fails if that peer is lost while it waits
+    /// ([`Core::fail_posted_of`]).
+    pub(super) from: Option<PeerId>,
 }
 
 /// A message waiting in the unexpected queue.
@@ -59,20 +63,26 @@ impl Core {
         out: &mut Out,
     ) -> Option<PostId> {
         self.flush_bundles(None, out);
-        match self.matcher.post(sel, PostedRecv { req, buf }) {
+        // A source whose peer the core does not know (a bad handle) is
+        // not watched. Whether the peer is lost is read here, once:
+        // posting changes no peer.
+        let (from, lost) = match from {
+            Some(p) if p.index() < self.peers.len() => (Some(p), self.peers[p.index()].lost),
+            _ => (None, false),
+        };
+        let id = match self.matcher.post(sel, PostedRecv { req, buf, from }) {
             Ok((p, env, u)) => {
                 self.unqueue_unexpected(&u);
                 self.deliver(p, env, u, out);
-                None
+                return None;
             }
-            Err(id) => {
-                self.stats.posted_now.up(1);
-                if let Some(peer) = from.filter(|p| p.index() < self.peers.len()) {
-                    self.note_posted(peer, id, &sel, out);
-                }
-                Some(id)
-            }
+            Err(id) => id,
+        };
+        self.stats.posted_now.up(1);
+        if lost {
+            self.fail_posted(id, &sel, out);
         }
+        Some(id)
     }
 
     /// Receives a message taken by [`Core::mprobe`].
@@ -88,7 +98,12 @@ impl Core {
             .taken
             .remove(msg)
             .ok_or_else(|| CoreError(format!("unknown or already received message {}", msg.0)))?;
-        self.deliver(PostedRecv { req, buf }, env, u, out);
+        let p = PostedRecv {
+            req,
+            buf,
+            from: None,
+        };
+        self.deliver(p, env, u, out);
         Ok(())
     }
 

@@ -26,6 +26,7 @@ mod fabric;
 mod flood_cases;
 mod livecases;
 mod liveness;
+mod lostrecv_cases;
 mod memreuse;
 mod mrcases;
 mod msg_cases;

@@ -99,6 +99,12 @@ impl Model {
         (gone.into_iter().map(|(_, _, r)| r).collect(), gone_u)
     }
 
+    fn remove_posted_where(&mut self, pred: impl Fn(u64) -> bool) -> Vec<(Selector, u64)> {
+        let (gone, kept): (Vec<_>, Vec<_>) = self.posted.drain(..).partition(|p| pred(p.2));
+        self.posted = kept;
+        gone.into_iter().map(|(_, s, r)| (s, r)).collect()
+    }
+
     fn drain_all(&mut self) -> (Vec<u64>, Vec<(Envelope, u64)>) {
         let posted = self.posted.drain(..).map(|(_, _, r)| r).collect();
         (posted, std::mem::take(&mut self.unexpected))
@@ -128,6 +134,21 @@ fn random_envelope(rng: &mut Rng) -> Envelope {
     }
 }
 
+/// A predicate on receive tokens for `remove_posted_where`: every one,
+/// none, or one residue class (as the receives of one peer among a few).
+fn random_token_pred(rng: &mut Rng) -> impl Fn(u64) -> bool {
+    let k = 1 + rng.below(4);
+    let j = rng.below(k + 1);
+    move |r| r % k == j
+}
+
+/// The matcher's queued receives, sorted, as `posted()` lists them.
+fn posted_tokens(m: &M) -> Vec<u64> {
+    let mut got: Vec<u64> = m.posted().copied().collect();
+    got.sort_unstable();
+    got
+}
+
 #[test]
 fn differential_against_reference_model() {
     // Miri interprets every step: a reduced run there, the full one natively.
@@ -136,6 +157,7 @@ fn differential_against_reference_model() {
     } else {
         (200u64, 2000)
     };
+    let mut removed = 0;
     for seed in 0..seeds {
         let mut rng = Rng::new(seed + 1);
         let mut m = M::new();
@@ -171,7 +193,7 @@ fn differential_against_reference_model() {
                     let s = random_selector(&mut rng);
                     assert_eq!(m.take_unexpected(&s), model.take(&s), "{ctxt}");
                 }
-                83..=98 => {
+                83..=95 => {
                     let id = if ids.is_empty() || rng.below(10) == 0 {
                         let ctx = rng.below(2) as u32;
                         let at = if rng.below(2) == 0 {
@@ -188,6 +210,12 @@ fn differential_against_reference_model() {
                     };
                     assert_eq!(m.cancel(id), model.cancel(id), "{ctxt}");
                 }
+                96..=98 => {
+                    let pred = random_token_pred(&mut rng);
+                    let got = m.remove_posted_where(|&r| pred(r));
+                    assert_eq!(got, model.remove_posted_where(pred), "{ctxt}");
+                    removed += got.len();
+                }
                 _ => {
                     let ctx = rng.below(3) as u32;
                     assert_eq!(m.drain_ctx(ctx), model.drain_ctx(ctx), "{ctxt}");
@@ -195,6 +223,9 @@ fn differential_against_reference_model() {
             }
             assert_eq!(m.posted_len(), model.posted.len(), "{ctxt}");
             assert_eq!(m.unexpected_len(), model.unexpected.len(), "{ctxt}");
+            let mut want: Vec<u64> = model.posted.iter().map(|p| p.2).collect();
+            want.sort_unstable();
+            assert_eq!(posted_tokens(&m), want, "{ctxt}");
             m.check_invariants();
         }
         let (posted, unexpected) = m.drain_all();
@@ -203,6 +234,7 @@ fn differential_against_reference_model() {
         assert_eq!(unexpected, model.unexpected, "seed {seed}");
         assert_eq!(m.container_counts(), (0, 0, 0, 0));
     }
+    assert!(removed > 0, "no receive removed by a predicate");
 }
 
 /// Key space and operation mix of one [`stress_run`].
@@ -277,14 +309,16 @@ enum Op {
     Take,
     Cancel,
     IsPosted,
+    /// `remove_posted_where`, as when a peer is lost.
+    RemoveWhere,
     DrainCtx,
     DrainAll,
 }
 
 /// Operation weights of the phases of [`stress_run`]: balanced, receives
 /// piling up, messages piling up.
-const MIXES: [[(Op, u64); 9]; 3] = {
-    const fn mix(w: [u64; 9]) -> [(Op, u64); 9] {
+const MIXES: [[(Op, u64); 10]; 3] = {
+    const fn mix(w: [u64; 10]) -> [(Op, u64); 10] {
         [
             (Op::Post, w[0]),
             (Op::Arrive, w[1]),
@@ -293,14 +327,15 @@ const MIXES: [[(Op, u64); 9]; 3] = {
             (Op::Take, w[4]),
             (Op::Cancel, w[5]),
             (Op::IsPosted, w[6]),
-            (Op::DrainCtx, w[7]),
-            (Op::DrainAll, w[8]),
+            (Op::RemoveWhere, w[7]),
+            (Op::DrainCtx, w[8]),
+            (Op::DrainAll, w[9]),
         ]
     }
     [
-        mix([220, 180, 180, 80, 80, 140, 100, 18, 2]),
-        mix([400, 80, 80, 80, 60, 140, 100, 18, 2]),
-        mix([80, 300, 300, 80, 60, 60, 80, 18, 2]),
+        mix([220, 180, 180, 80, 80, 140, 100, 8, 18, 2]),
+        mix([400, 80, 80, 80, 60, 140, 100, 8, 18, 2]),
+        mix([80, 300, 300, 80, 60, 60, 80, 8, 18, 2]),
     ]
 };
 
@@ -350,8 +385,9 @@ fn draw_shape(rng: &mut Rng) -> Shape {
 /// them, on a [`Matcher`] and on the [`Model`], compared after every step:
 /// every result, both lengths, and (while the queues are short, else every
 /// 32 steps) both queues in full and every queued ticket. Panics with the
-/// shape, seed and step at the first difference.
-fn stress_run(shape: Shape, seed: u64, steps: usize) {
+/// shape, seed and step at the first difference. Returns how many
+/// receives `remove_posted_where` took out.
+fn stress_run(shape: Shape, seed: u64, steps: usize) -> usize {
     let mut rng = Rng::new(seed);
     let ctxs = draw_ctxs(&mut rng, shape.ctxs);
     let mut m = M::new();
@@ -359,6 +395,7 @@ fn stress_run(shape: Shape, seed: u64, steps: usize) {
     // Every id handed out, matched or not, for cancels and is_posted.
     let mut ids: Vec<PostId> = Vec::new();
     let mut token = 0u64;
+    let mut removed = 0;
     // Phases of 64 steps: balanced, receives piling up, messages piling up.
     let mut mix = &MIXES[0];
     for step in 0..steps {
@@ -466,6 +503,13 @@ fn stress_run(shape: Shape, seed: u64, steps: usize) {
                     assert_eq!(m.is_posted(id), want, "{} is_posted {id:?}", ctxt());
                 }
             }
+            Op::RemoveWhere => {
+                let pred = random_token_pred(&mut rng);
+                let got = m.remove_posted_where(|&r| pred(r));
+                let want = model.remove_posted_where(pred);
+                assert_eq!(got, want, "{} remove_posted_where", ctxt());
+                removed += got.len();
+            }
             Op::DrainCtx => {
                 // Sometimes a context that was never used.
                 let c = if rng.below(4) == 0 { 7 } else { ctx };
@@ -485,27 +529,36 @@ fn stress_run(shape: Shape, seed: u64, steps: usize) {
             for &(id, _, _) in &model.posted {
                 assert!(m.is_posted(id), "{}: {id:?} not posted", ctxt());
             }
+            let mut sorted = want;
+            sorted.sort_unstable();
+            assert_eq!(posted_tokens(&m), sorted, "{}: posted()", ctxt());
             m.check_invariants();
         }
     }
     assert_eq!(m.drain_all(), model.drain_all(), "seed {seed}");
     assert_eq!(m.container_counts(), (0, 0, 0, 0));
+    removed
 }
 
 #[test]
 fn differential_small_key_space() {
     let (seeds, steps) = if cfg!(miri) { (1, 150) } else { (300, 2000) };
-    for seed in 0..seeds {
-        stress_run(SMALL, seed, steps);
-    }
+    let removed: usize = (0..seeds).map(|seed| stress_run(SMALL, seed, steps)).sum();
+    // Miri's one short run may draw no removal.
+    assert!(
+        cfg!(miri) || removed > 0,
+        "no receive removed by a predicate"
+    );
 }
 
 #[test]
 fn differential_wide_key_space() {
     let (seeds, steps) = if cfg!(miri) { (1, 100) } else { (60, 3000) };
-    for seed in 0..seeds {
-        stress_run(WIDE, seed, steps);
-    }
+    let removed: usize = (0..seeds).map(|seed| stress_run(WIDE, seed, steps)).sum();
+    assert!(
+        cfg!(miri) || removed > 0,
+        "no receive removed by a predicate"
+    );
 }
 
 /// `cargo test --release --lib differential_soak -- --ignored`: every seed runs a
