@@ -209,11 +209,9 @@ impl<K: Copy + Eq + Hash, C: Container> Bins<K, C> {
         if !self.last_is(key) {
             self.last = self.table.find_bucket_index(hash(key), |s| s.key == *key)?;
         }
-        // SAFETY: bucket `last` is in bounds and occupied: `last_is` just
-        // found it so, or `find_bucket_index` just returned it, and the
-        // table has not changed since. (`get_bucket_mut` would test both
-        // again, on every match of an arriving message.)
-        Some(unsafe { self.table.get_bucket_unchecked_mut(self.last) })
+        // Bucket `last` was just found occupied (no unsafe access: the
+        // matcher stays out of the crate's fenced unsafe code).
+        self.table.get_bucket_mut(self.last)
     }
 
     /// The container of `key`, created (from the spare list if it can) if
@@ -226,11 +224,12 @@ impl<K: Copy + Eq + Hash, C: Container> Bins<K, C> {
                 None => self.insert(key),
             };
         }
-        // SAFETY: bucket `last` is in bounds and occupied: `last_is` just
-        // found it so, or `find_bucket_index` or `insert` just returned
-        // it, and the table has not changed since. (`get_bucket_mut`
-        // would test both again, on every post.)
-        unsafe { &mut self.table.get_bucket_unchecked_mut(self.last).c }
+        // Bucket `last` was just found or made occupied.
+        &mut self
+            .table
+            .get_bucket_mut(self.last)
+            .expect("the bucket just found or inserted")
+            .c
     }
 
     #[cold]
