@@ -3,46 +3,16 @@
 //! once, and receives for other peers or any source are untouched; a
 //! posted receive makes its peer one the liveness probes watch.
 
-use super::ids::{FiAddr, PeerId, RailId, ReqId};
-use super::{Action, Core, CoreConfig, Event, Out, RailProfile, Stats, Status};
-use crate::config::Fault;
+use super::ids::{PeerId, ReqId};
+use super::{Action, Core, Event, Out, Stats, Status};
 use crate::matching::{PostId, Selector, ANY};
 use crate::usermem::UserBuf;
-use crate::wire::RailKind;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// A core with three peers; peer `i` is rank `i` in the selectors below.
 fn core() -> (Core, [PeerId; 3]) {
-    let profile = RailProfile {
-        kind: RailKind::Net,
-        provider: "tcp;ofi_rxm".into(),
-        mr_local: false,
-        mr_virt_addr: true,
-        mr_prov_key: false,
-        buf_size: 8192 + 64,
-        eager_limit: 8192,
-        zero_copy: false,
-        rndv_read: false,
-        tagged: false,
-        rndv_msg: true,
-        chunk: 1 << 20,
-        inject_size: 0,
-        inline: false,
-        rx_kept: false,
-        tx_depth: 64,
-        rx_count: 4,
-    };
-    let cfg = CoreConfig {
-        my_name: 1,
-        coalesce: false,
-        fault: Fault::None,
-        stripe_min: 0,
-        send_queue_limit: 1 << 22,
-        send_queue_total: 1 << 25,
-    };
-    let mut c = Core::new(cfg, vec![profile], Arc::new(Stats::default()));
-    let peers = [10, 11, 12].map(|name| c.add_peer(name, RailId(0), FiAddr(0), 8192));
+    let (c, peers) = super::test_core::net_core("tcp;ofi_rxm", &[10, 11, 12]);
+    let peers: [PeerId; 3] = peers.try_into().unwrap();
     assert_eq!(peers.map(|p| p.index()), [0, 1, 2]);
     (c, peers)
 }

@@ -50,6 +50,8 @@ mod rndv_read;
 mod rndv_send;
 mod stall;
 mod stripe;
+#[cfg(test)]
+mod test_core;
 mod txq;
 mod usermr;
 

@@ -102,44 +102,13 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Fault;
-    use crate::proto::ids::{PeerId, RailId, ReqId};
-    use crate::proto::{CoreConfig, Out, RailProfile, SendArgs, Stats};
+    use crate::proto::ids::{PeerId, ReqId};
+    use crate::proto::{Out, SendArgs};
     use crate::usermem::UserBuf;
-    use crate::wire::RailKind;
-    use std::sync::Arc;
 
     fn core() -> (Core, PeerId) {
-        let profile = RailProfile {
-            kind: RailKind::Net,
-            provider: "udp;ofi_rxd".into(),
-            mr_local: false,
-            mr_virt_addr: true,
-            mr_prov_key: false,
-            buf_size: 8192 + 64,
-            eager_limit: 8192,
-            zero_copy: false,
-            rndv_read: false,
-            tagged: false,
-            rndv_msg: true,
-            chunk: 1 << 20,
-            inject_size: 0,
-            inline: false,
-            rx_kept: false,
-            tx_depth: 64,
-            rx_count: 4,
-        };
-        let cfg = CoreConfig {
-            my_name: 1,
-            coalesce: false,
-            fault: Fault::None,
-            stripe_min: 0,
-            send_queue_limit: 1 << 22,
-            send_queue_total: 1 << 25,
-        };
-        let mut c = Core::new(cfg, vec![profile], Arc::new(Stats::default()));
-        let peer = c.add_peer(2, RailId(0), crate::proto::ids::FiAddr(0), 8192);
-        (c, peer)
+        let (c, peers) = crate::proto::test_core::net_core("udp;ofi_rxd", &[2]);
+        (c, peers[0])
     }
 
     const S: fn(u64) -> Duration = Duration::from_secs;
