@@ -52,7 +52,7 @@ impl Finished {
         }
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn is_empty(&self) -> bool {
         self.n == 0
     }

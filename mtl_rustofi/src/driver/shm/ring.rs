@@ -140,7 +140,7 @@ impl<C: Cells> Producer<C> {
         Ok(())
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn mem(&self) -> &C {
         &self.mem
     }
@@ -222,7 +222,7 @@ impl<C: Cells> Consumer<C> {
         (w >> 32) as u32 == self.tail as u32 && w as u32 != 0
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn mem(&self) -> &C {
         &self.mem
     }
@@ -337,6 +337,7 @@ pub(crate) mod heap {
 
     impl Heap {
         /// Overwrites a header word, as a faulty peer could.
+        #[cfg(not(loom))]
         pub(crate) fn poke(&self, cell: usize, w: u64) {
             self.words[cell].store(w, Ordering::Release);
         }
@@ -489,7 +490,6 @@ mod loom_tests {
     //! Model checks of the ring (`RUSTFLAGS="--cfg loom" cargo test --lib
     //! ring::loom`): every interleaving of a producer and a consumer.
     use super::heap::ring;
-    use super::*;
 
     /// Three packets through a ring of 4 cells (1, 2 and 2 cells: the
     /// third does not fit before the end, so a skip word precedes it and
