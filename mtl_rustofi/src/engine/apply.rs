@@ -65,10 +65,7 @@ fn tick_and_execute(st: &mut State) {
 /// The whole round; `read_clock`: the liveness clock is due.
 #[inline(never)]
 fn full_round(st: &mut State, read_clock: bool) -> usize {
-    st.core.tick(&mut st.out);
-    if !st.out.actions.is_empty() {
-        st.driver.execute(&mut st.core, &mut st.out);
-    }
+    tick_and_execute(st);
     let n = st.driver.poll(&mut st.core, &mut st.out);
     // After the poll: what arrived counts before peers are judged.
     if st.clock.on && read_clock {
