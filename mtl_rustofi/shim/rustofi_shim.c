@@ -877,12 +877,16 @@ static int excid_send(ompi_communicator_t *comm, int dest)
     s->b.u.head.buffer = NULL;
     s->b.u.head.length = sizeof(s->msg);
     s->b.u.head.free_after = false;
-    if (0 != rustofi_isend(peer, RUSTOFI_EXCID_CTX, comm->c_my_rank, 0, &s->msg, sizeof(s->msg),
-                           false, &s->b.u.head)) {
+    int rc = rustofi_isend(peer, RUSTOFI_EXCID_CTX, comm->c_my_rank, 0, &s->msg,
+                           sizeof(s->msg), false, &s->b.u.head);
+    if (rc < 0) {
         free(s);
         return OMPI_ERROR;
     }
     __atomic_add_fetch(&excid_nsent, 1, __ATOMIC_RELAXED);
+    if (RUSTOFI_SEND_COMPLETE == rc) {
+        cb_send_complete(&s->b.u.head, STATUS_OK);
+    }
     return OMPI_SUCCESS;
 }
 
@@ -1160,12 +1164,17 @@ static int start_send(struct ompi_communicator_t *comm, int dest, int tag,
     head->buffer = free_after ? start : NULL;
     head->length = length;
     head->free_after = free_after;
-    if (0 != rustofi_isend(peer, cid, comm->c_my_rank, tag, start, length,
-                           MCA_PML_BASE_SEND_SYNCHRONOUS == mode, head)) {
+    int rc = rustofi_isend(peer, cid, comm->c_my_rank, tag, start, length,
+                           MCA_PML_BASE_SEND_SYNCHRONOUS == mode, head);
+    if (OPAL_UNLIKELY(rc < 0)) {
         if (free_after) {
             free(start);
         }
         return OMPI_ERROR;
+    }
+    if (RUSTOFI_SEND_COMPLETE == rc) {
+        /* Copied into its rail already: no callback follows. */
+        cb_send_complete(head, STATUS_OK);
     }
     return OMPI_SUCCESS;
 }

@@ -52,7 +52,8 @@ impl Finished {
         }
     }
 
-    #[cfg(all(test, not(loom)))]
+    /// Nothing to deliver (`more` fills only once `first` is full).
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.n == 0
     }

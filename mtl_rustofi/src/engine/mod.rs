@@ -39,6 +39,18 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How a send or receive left [`Engine::start`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Started {
+    /// Its completion will come through a [`Finished`] list.
+    Pending,
+    /// Complete already (a small send written into its rail on the spot):
+    /// no completion follows, the caller completes the request. Returned
+    /// rather than listed because this is the commonest send, and a list
+    /// entry costs its push, its copy and its dispatch.
+    Complete,
+}
+
 /// Fatal engine errors reported to the shim.
 #[derive(Debug)]
 pub(crate) struct EngineError(pub(crate) String);
@@ -317,7 +329,9 @@ impl Engine {
         r
     }
 
-    /// Starts a send. `sync` requests MPI_Ssend semantics.
+    /// Starts a send. `sync` requests MPI_Ssend semantics. A small send
+    /// written into its rail on the spot is [`Started::Complete`]: no
+    /// completion for it comes through `out`, its caller completes it.
     ///
     /// # Safety
     /// `buf` must be readable for `len` bytes and `req` must point at a
@@ -334,7 +348,7 @@ impl Engine {
         sync: bool,
         req: ReqPtr,
         out: &mut Finished,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Started, EngineError> {
         // SAFETY: per the function contract (a send buffer is only read).
         let buf = unsafe { UserBuf::new(buf as *mut u8, len) };
         let op = Op::Send {
@@ -367,7 +381,7 @@ impl Engine {
         // SAFETY: per the function contract.
         let buf = unsafe { UserBuf::new(buf, cap) };
         // SAFETY: per the function contract.
-        unsafe {
+        let started = unsafe {
             self.start(
                 req,
                 Op::Recv {
@@ -378,7 +392,8 @@ impl Engine {
                 },
                 out,
             )
-        }
+        };
+        started.map(|_| ())
     }
 
     /// Receives a message taken by `improbe`.
@@ -397,7 +412,7 @@ impl Engine {
         // SAFETY: per the function contract.
         let buf = unsafe { UserBuf::new(buf, cap) };
         // SAFETY: per the function contract.
-        unsafe { self.start(req, Op::Mrecv { msg, buf, req }, out) }
+        unsafe { self.start(req, Op::Mrecv { msg, buf, req }, out) }.map(|_| ())
     }
 
     /// Starts an operation: applied at once if the progress token is free
@@ -406,7 +421,13 @@ impl Engine {
     ///
     /// # Safety
     /// `req` valid until completion.
-    unsafe fn start(&self, req: ReqPtr, op: Op, out: &mut Finished) -> Result<(), EngineError> {
+    unsafe fn start(
+        &self,
+        req: ReqPtr,
+        op: Op,
+        out: &mut Finished,
+    ) -> Result<Started, EngineError> {
+        let mut started = Started::Pending;
         let ran = self.handoff.run_or_combine(|st, batch, first| {
             for cmd in batch {
                 apply(st, cmd);
@@ -417,13 +438,10 @@ impl Engine {
             }
             if let Some(p) = inline {
                 // After what was queued before it, as if it were the last
-                // action; complete for MPI once the driver has it.
-                let req = p.req;
+                // action; complete for MPI once the driver has it (or, if
+                // it refused the packet, the core has copied it).
                 st.driver.send_inline(p, &mut st.core, &mut st.out);
-                out.push(Completion::Send {
-                    req,
-                    status: Status::Ok,
-                });
+                started = Started::Complete;
             }
             out.take_from(&mut st.out.events);
             if let Some(w) = &self.idle {
@@ -431,14 +449,15 @@ impl Engine {
             }
         });
         if ran {
-            return Ok(());
+            return Ok(started);
         }
         // SAFETY: per the function contract; the command lives in the
         // request, which stays valid until the operation completes.
         unsafe {
             let cmd = req.init(op);
-            self.submit(cmd, out)
+            self.submit(cmd, out)?;
         }
+        Ok(Started::Pending)
     }
 
     /// Iprobe: drives progress, then looks at the unexpected queue.

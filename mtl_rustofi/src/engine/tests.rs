@@ -96,7 +96,7 @@ fn ring_only_rounds_leave_no_work_behind_and_run_when_idle() {
     for (i, p) in payloads.iter().enumerate() {
         // SAFETY: the payload and the request outlive the test's engines'
         // use of them (every send completes below, before they drop).
-        unsafe {
+        let started = unsafe {
             a.engine
                 .isend(
                     a.peer,
@@ -109,9 +109,15 @@ fn ring_only_rounds_leave_no_work_behind_and_run_when_idle() {
                     req(&mut sends[i]),
                     &mut out,
                 )
-                .unwrap();
-        }
+                .unwrap()
+        };
+        // Complete at once, or later through exactly one completion.
+        sent[i] = started == Started::Complete;
     }
+    assert!(
+        sent[0],
+        "the first send found the ring empty, yet was not complete at once"
+    );
     assert!(
         !a.engine.nothing_to_poll(),
         "packets wait in the sender's core for room, yet its polls would be skipped"
@@ -160,7 +166,9 @@ fn ring_only_rounds_leave_no_work_behind_and_run_when_idle() {
         a_out.deliver(|c| match c {
             Completion::Send { req, status } => {
                 assert_eq!(status, Status::Ok);
-                sent[index_of(&sends, req)] = true;
+                let i = index_of(&sends, req);
+                assert!(!sent[i], "send {i} completed twice");
+                sent[i] = true;
             }
             other => panic!("the sender got {other:?}"),
         });
@@ -170,7 +178,9 @@ fn ring_only_rounds_leave_no_work_behind_and_run_when_idle() {
         out.deliver(|c| match c {
             Completion::Send { req, status } => {
                 assert_eq!(status, Status::Ok);
-                sent[index_of(&sends, req)] = true;
+                let i = index_of(&sends, req);
+                assert!(!sent[i], "send {i} completed twice");
+                sent[i] = true;
             }
             Completion::Recv {
                 req,

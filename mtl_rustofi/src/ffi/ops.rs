@@ -78,7 +78,14 @@ fn report(r: Result<(), crate::engine::EngineError>) -> c_int {
     }
 }
 
-/// Starts a send of `len` contiguous bytes.
+/// What `rustofi_isend` returns for a send that is complete already.
+pub const RUSTOFI_SEND_COMPLETE: c_int = 1;
+
+/// Starts a send of `len` contiguous bytes. Returns 0 when started (its
+/// completion comes through the send callback), 1 when complete already
+/// (`RUSTOFI_SEND_COMPLETE`: a small send copied into its rail; no
+/// callback follows, the caller completes the request), or a negative
+/// value on error.
 ///
 /// # Safety
 /// `buf` must stay readable for `len` bytes and `req` must point at a
@@ -98,7 +105,7 @@ pub unsafe extern "C" fn rustofi_isend(
 ) -> c_int {
     with_engine("rustofi_isend", |e, out| {
         // SAFETY: forwarded from this function's contract.
-        report(unsafe {
+        let r = unsafe {
             e.isend(
                 peer,
                 ctx,
@@ -110,7 +117,12 @@ pub unsafe extern "C" fn rustofi_isend(
                 ReqPtr(req as *mut Request),
                 out,
             )
-        })
+        };
+        match r {
+            Ok(Started::Complete) => RUSTOFI_SEND_COMPLETE,
+            Ok(Started::Pending) => 0,
+            Err(e) => report(Err(e)),
+        }
     })
 }
 
