@@ -1,5 +1,6 @@
 //! The rail between two "ranks" of a made-up job inside one process:
-//! back-pressure, a dead reader, bad ring contents and a bad read key.
+//! back-pressure, a dead reader, bad ring contents, a bad read key and
+//! reads made together.
 
 use super::ring::Cells;
 use super::*;
@@ -149,6 +150,48 @@ fn a_read_key_that_is_not_the_peers_pid_reads_nothing() {
     // With the right key (the peer is this very process) it reads.
     a.read(FiAddr(1), local, src.as_ptr() as u64, key).unwrap();
     assert_eq!(dst, src);
+}
+
+#[test]
+fn reads_made_together_report_each_outcome_in_order() {
+    let (mut a, b) = pair(0xa6);
+    let key = b.key();
+    let src: Vec<Vec<u8>> = (0..6u8)
+        .map(|i| vec![i + 1; 3000 * (i as usize + 1)])
+        .collect();
+    let mut dst: Vec<Vec<u8>> = src.iter().map(|s| vec![0u8; s.len()]).collect();
+    let mut reads: Vec<Read> = dst
+        .iter_mut()
+        .zip(&src)
+        .map(|(d, s)| Read {
+            src: FiAddr(1),
+            local: Region {
+                addr: d.as_mut_ptr() as usize,
+                len: d.len(),
+            },
+            remote_addr: s.as_ptr() as u64,
+            key,
+        })
+        .collect();
+    // The second has a key that is not its peer's pid, the last an address
+    // its peer does not map: each fails alone, with its own error, and the
+    // three between them go in one system call.
+    reads[1].key = key + 1;
+    reads[5].remote_addr = 8;
+    let mut got = Vec::new();
+    a.read_batch(&reads, |i, r| got.push((i, r)));
+    let want: Vec<(usize, Result<(), PostError>)> = (0..6)
+        .map(|i| match i {
+            1 => (i, Err(PostError::Hard(-libc::EINVAL))),
+            5 => (i, Err(PostError::Hard(-libc::EFAULT))),
+            _ => (i, Ok(())),
+        })
+        .collect();
+    assert_eq!(got, want);
+    for i in [0, 2, 3, 4] {
+        assert_eq!(dst[i], src[i], "read {i}");
+    }
+    assert!(dst[1].iter().chain(&dst[5]).all(|&b| b == 0));
 }
 
 #[test]
