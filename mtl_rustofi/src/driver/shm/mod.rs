@@ -140,6 +140,10 @@ struct Peer {
     full: u32,
     /// Its process was found gone: every later packet fails at once.
     gone: bool,
+    /// The rings to and from it are mapped in (see [`Segment::prime`]):
+    /// done before the first packet to it, not when it is inserted, so
+    /// that only the pairs that talk take memory.
+    primed: bool,
 }
 
 pub(crate) struct ShmRail {
@@ -340,6 +344,7 @@ impl ShmRail {
             tx: Producer::new(self.seg.ring(self.job.rank, r)),
             full: 0,
             gone: false,
+            primed: false,
         });
         let ring = self.seg.ring(r, self.job.rank);
         self.rx.push((r, Consumer::new(ring)));
@@ -378,6 +383,13 @@ impl ShmRail {
         };
         if p.gone {
             return Err(PostError::Hard(-libc::EPIPE));
+        }
+        if !p.primed {
+            p.primed = true;
+            // Both directions: most peers answer. A failure only leaves
+            // the pages to fault in as they are reached.
+            let (me, peer) = (self.job.rank, dest.0 as usize);
+            let _ = self.seg.prime(me, peer) && self.seg.prime(peer, me);
         }
         match p.tx.push(parts) {
             Ok(()) => {

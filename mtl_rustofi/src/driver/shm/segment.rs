@@ -171,6 +171,39 @@ impl Segment {
     }
 }
 
+/// `madvise` advice (Linux 5.14, not in the libc crate): fault the range
+/// in, writable, as if written, without writing.
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+
+impl Segment {
+    /// Maps the pages of the ring from `from` to `to` into this process,
+    /// writable, allocating any not yet allocated, without changing a byte.
+    /// Otherwise the first lap through a ring takes a page fault every 64
+    /// cells on each side (some microseconds each in a virtual machine):
+    /// the first few thousand small messages to a peer were a third
+    /// slower. Only a hint: where the kernel lacks the advice (before
+    /// 5.14), the pages fault in as they are reached, as they would anyway.
+    pub(crate) fn prime(&self, from: usize, to: usize) -> bool {
+        assert!(from < self.ranks && to < self.ranks);
+        // SAFETY: sysconf has no preconditions.
+        let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
+        let off = HEADER + (from * self.ranks + to) * RING_BYTES;
+        let start = off / page * page;
+        let end = (off + RING_BYTES).div_ceil(page) * page;
+        let end = end.min(self.len);
+        // SAFETY: a page-aligned range inside our mapping (`off` lies in it
+        // and the end is clamped to it); the advice changes no contents.
+        let r = unsafe {
+            libc::madvise(
+                self.base.add(start) as *mut libc::c_void,
+                end - start,
+                MADV_POPULATE_WRITE,
+            )
+        };
+        r == 0
+    }
+}
+
 impl Drop for Segment {
     fn drop(&mut self) {
         // SAFETY: our mapping, no longer used (the rail's rings are gone).
@@ -216,6 +249,14 @@ mod tests {
         // The reverse ring is a different one.
         let mut c2 = super::super::ring::Consumer::new(a.ring(1, 0));
         assert!(!c2.pop(|_| {}).unwrap());
+        // Priming a ring that holds a packet changes none of its bytes.
+        p.push(&[b"primed"]).unwrap();
+        assert!(a.prime(0, 1), "the kernels here have MADV_POPULATE_WRITE");
+        assert!(b.prime(0, 1) && b.prime(1, 1));
+        got.clear();
+        assert!(c.pop(|x| got.extend_from_slice(x)).unwrap());
+        assert_eq!(got, b"primed");
+        assert!(!c.pop(|_| {}).unwrap());
     }
 
     #[test]
