@@ -52,7 +52,9 @@ impl Finished {
         }
     }
 
-    #[cfg(all(test, not(loom)))]
+    /// Whether nothing finished (`more` is used only once the inline
+    /// slots are full).
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.n == 0
     }
