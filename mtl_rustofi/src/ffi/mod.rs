@@ -184,7 +184,8 @@ fn with_component(
 fn run(c: &Component, f: impl FnOnce(&Engine, &mut Finished) -> c_int) -> c_int {
     let mut out = Finished::new();
     let r = f(&c.engine, &mut out);
-    // Most sends and receive posts finish nothing at once.
+    // A receive posted before its message, a send that waits for the
+    // ring or the provider: many calls finish nothing at once.
     if !out.is_empty() {
         deliver(c, &mut out);
     }

@@ -182,9 +182,10 @@ impl Core {
     /// [`Self::on_packet`].
     #[inline(always)]
     fn handle_packet(&mut self, pkt: &[u8], out: &mut Out) {
-        // The common packet, a single well-formed eager message, is read
-        // in place without the loop below. An eager message is movement
-        // for the stall watch.
+        // The common packet, one well-formed eager message (or a coalesced
+        // run that starts with one), has its first message read in place
+        // before the loop below. An eager message is movement for the
+        // stall watch.
         if let Some((msg, n)) = EagerMsg::parse(pkt) {
             self.stall.moved = true;
             self.handle_eager(msg, out);
