@@ -375,7 +375,8 @@ impl<R, U> Matcher<R, U> {
     /// or None (and queues nothing). Lets a caller defer building the
     /// unexpected-queue entry (e.g. copying a payload out of a bounce
     /// buffer) to the case where no receive matches; it must then call
-    /// `arrive`.
+    /// `arrive`. Inlined: it runs for every message that arrives.
+    #[inline(always)]
     pub fn take_posted(&mut self, env: &Envelope) -> Option<R> {
         if self.wild_count != 0 {
             return self.take_posted_wild(env);
@@ -401,7 +402,7 @@ impl<R, U> Matcher<R, U> {
     }
 
     /// Removes the head of posted bin `key`, if there is one.
-    #[inline]
+    #[inline(always)]
     fn pop_specific_posted(&mut self, key: Key) -> Option<R> {
         let bin = self.posted_bins.get_mut(&key)?;
         let head = bin.c.pop_front()?;

@@ -52,7 +52,8 @@ impl Finished {
         }
     }
 
-    /// Nothing to deliver (`more` fills only once `first` is full).
+    /// Whether nothing finished (`more` is used only once the inline
+    /// slots are full).
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.n == 0

@@ -234,14 +234,15 @@ impl Engine {
         self.rndv
     }
 
-    /// Applies queued commands (and, with `poll`, drives the providers) if
+    /// Applies queued commands (and, with `POLL`, drives the providers) if
     /// the progress token is free; returns at once otherwise. Returns the
-    /// number of completions read from the providers.
-    fn combine(&self, out: &mut Finished, poll: bool) -> usize {
+    /// number of completions read from the providers. `POLL` is a constant
+    /// so that a poll's copy carries no test of it.
+    fn combine<const POLL: bool>(&self, out: &mut Finished) -> usize {
         let mut events = 0;
         self.handoff.combine(|st, batch| {
             let mut rings_only = false;
-            if poll {
+            if POLL {
                 // A poll forced after skipped ones stands in for all of
                 // them: it reads the liveness clock and goes the whole way.
                 // Taken under the token, so that the round that clears it
@@ -262,7 +263,7 @@ impl Engine {
             apply_all(st, batch);
             out.take_from(&mut st.out.events);
             if let Some(w) = &self.idle {
-                if poll && !rings_only {
+                if POLL && !rings_only {
                     w.note(st);
                 } else {
                     w.note_started(st);
@@ -280,7 +281,7 @@ impl Engine {
     unsafe fn submit(&self, cmd: *mut Cmd, out: &mut Finished) -> Result<(), EngineError> {
         // SAFETY: per the function contract.
         unsafe { self.handoff.push(cmd)? };
-        self.combine(out, false);
+        self.combine::<false>(out);
         Ok(())
     }
 
@@ -289,14 +290,14 @@ impl Engine {
     /// providers first, so that they see every message that has arrived
     /// (an application may spin on MPI_Iprobe without any other progress).
     fn submit_and_wait(&self, cmd: &mut Cmd, out: &mut Finished) -> Result<(), EngineError> {
-        self.combine(out, true);
+        self.combine::<true>(out);
         // SAFETY: `cmd` outlives this call, which returns only once the
         // command was applied (or the engine is poisoned, after which no
         // one takes commands from the inbox any more).
         unsafe { self.submit(cmd, out)? };
         while !cmd.is_done() {
             self.handoff.check()?;
-            self.combine(out, true);
+            self.combine::<true>(out);
             std::hint::spin_loop();
         }
         Ok(())
@@ -324,7 +325,7 @@ impl Engine {
             r
         })?;
         if !self.handoff.inbox_is_empty() {
-            self.combine(out, false);
+            self.combine::<false>(out);
         }
         r
     }
@@ -509,7 +510,7 @@ impl Engine {
 
     /// Drives the providers once. Returns the number of completions.
     pub(crate) fn progress(&self, out: &mut Finished) -> usize {
-        self.combine(out, true)
+        self.combine::<true>(out)
     }
 
     /// Whether a poll would find nothing, by a look that takes no token

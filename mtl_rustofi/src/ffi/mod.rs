@@ -167,14 +167,29 @@ fn with_engine(what: &str, f: impl FnOnce(&Engine, &mut Finished) -> c_int) -> c
             crate::log::error(&format!("{what} called before initialisation"));
             return ERR;
         };
-        let mut out = Finished::new();
-        let r = f(&c.engine, &mut out);
-        // Most sends and receive posts finish nothing: spare them the call.
-        if !out.is_empty() {
-            deliver(c, &mut out);
-        }
-        r
+        run(c, f)
     })
+}
+
+/// [`with_engine`] for a caller that has the component already.
+fn with_component(
+    c: &Component,
+    what: &str,
+    f: impl FnOnce(&Engine, &mut Finished) -> c_int,
+) -> c_int {
+    guard(what, || run(c, f))
+}
+
+#[inline(always)]
+fn run(c: &Component, f: impl FnOnce(&Engine, &mut Finished) -> c_int) -> c_int {
+    let mut out = Finished::new();
+    let r = f(&c.engine, &mut out);
+    // A receive posted before its message, a small send (complete on
+    // return, see `rustofi_isend`): most posts finish nothing here.
+    if !out.is_empty() {
+        deliver(c, &mut out);
+    }
+    r
 }
 
 fn deliver(c: &Component, out: &mut Finished) {

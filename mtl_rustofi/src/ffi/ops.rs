@@ -41,13 +41,16 @@ pub unsafe extern "C" fn rustofi_add_peer(
 /// Drains the completion queue; returns the number of events handled.
 #[no_mangle]
 pub extern "C" fn rustofi_progress() -> c_int {
-    // An empty poll (the common case of a waiting rank) returns after a
-    // few loads, before the unwind guard and the token: nothing on that
-    // path can panic.
-    if component().is_some_and(|c| c.engine.nothing_to_poll()) {
-        return 0;
+    const WHAT: &str = "rustofi_progress";
+    match component() {
+        // An empty poll (the common case of a waiting rank) returns after
+        // a few loads, before the unwind guard and the token: nothing on
+        // that path can panic.
+        Some(c) if c.engine.nothing_to_poll() => 0,
+        Some(c) => with_component(c, WHAT, |e, out| e.progress(out) as c_int),
+        // Says that it was called before initialisation.
+        None => with_engine(WHAT, |e, out| e.progress(out) as c_int),
     }
-    with_engine("rustofi_progress", |e, out| e.progress(out) as c_int)
 }
 
 /// 1 while operations wait in the component's own queues for the provider

@@ -465,16 +465,7 @@ impl Core {
     /// The counter of bytes `rail` moved (see [`Stats::net_tx_bytes`]).
     #[inline]
     fn rail_bytes(&self, rail: RailId, tx: bool) -> &AtomicU64 {
-        let s = &self.stats;
-        match (self.rails[rail.index()].profile.kind, tx) {
-            (RailKind::Shm | RailKind::Local, true) => &s.shm_tx_bytes,
-            (RailKind::Shm | RailKind::Local, false) => &s.shm_rx_bytes,
-            // A stripe rail only reads (the sender's NIC serves them
-            // without its core knowing).
-            (RailKind::Stripe, _) => &s.stripe_bytes,
-            (_, true) => &s.net_tx_bytes,
-            (_, false) => &s.net_rx_bytes,
-        }
+        rail_bytes(&self.stats, self.rails[rail.index()].profile.kind, tx)
     }
 
     /// Counts bytes a rail moved.
@@ -503,6 +494,21 @@ impl Core {
         let mut h = Header::new(kind);
         h.sender = self.cfg.my_name;
         h
+    }
+}
+
+/// The counter of bytes a rail of `kind` moved (see
+/// [`Stats::net_tx_bytes`]).
+#[inline]
+fn rail_bytes(s: &Stats, kind: RailKind, tx: bool) -> &AtomicU64 {
+    match (kind, tx) {
+        (RailKind::Shm | RailKind::Local, true) => &s.shm_tx_bytes,
+        (RailKind::Shm | RailKind::Local, false) => &s.shm_rx_bytes,
+        // A stripe rail only reads (the sender's NIC serves them
+        // without its core knowing).
+        (RailKind::Stripe, _) => &s.stripe_bytes,
+        (_, true) => &s.net_tx_bytes,
+        (_, false) => &s.net_rx_bytes,
     }
 }
 

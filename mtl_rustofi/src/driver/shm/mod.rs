@@ -535,13 +535,12 @@ impl ShmRail {
     }
 
     /// Hands every packet waiting in the peers' rings to the core (up to
-    /// a budget per peer), if the core wants the rail polled. Returns the
-    /// number of packets.
+    /// a budget per peer). Returns the number of packets. A ring is read
+    /// from the moment its peer is inserted, which the core then adds
+    /// (`engine::peers::add_peer`): there is no ring of a peer the core
+    /// does not want polled, and without peers there is nothing to read.
     #[inline]
     pub(crate) fn poll(&mut self, rail: RailId, core: &mut Core, out: &mut Out) -> usize {
-        if !core.rail_needs_poll(rail) {
-            return 0;
-        }
         let mut total = 0;
         for (from, c) in &mut self.rx {
             for _ in 0..POLL_BUDGET {

@@ -177,13 +177,13 @@ impl<C: Cells> Consumer<C> {
     /// cells afterwards. Returns whether a packet was read.
     #[inline]
     pub(crate) fn pop(&mut self, f: impl FnOnce(&[u8])) -> Result<bool, Malformed> {
-        if self.broken {
-            return Ok(false);
-        }
         let count = self.mem.count();
         let mut at = cell_of(self.tail, count);
         let mut w = self.mem.word(at).load(Ordering::Acquire);
-        if !self.ready(w) {
+        // An empty ring, the common answer, is told by this one load; a
+        // broken ring is checked for after it (its malformed word stays
+        // at `tail`, so it would look ready).
+        if !self.ready(w) || self.broken {
             return Ok(false);
         }
         if w as u32 == SKIP {
@@ -207,7 +207,9 @@ impl<C: Cells> Consumer<C> {
         // release after the packet's bytes: the packet is published, and
         // it is ours until we store `tail` past it.
         unsafe { self.mem.read(at, len as usize, f) };
-        for c in at..at + n {
+        // The first cell apart: most packets take one.
+        self.mem.word(at).store(0, Ordering::Relaxed);
+        for c in at + 1..at + n {
             self.mem.word(c).store(0, Ordering::Relaxed);
         }
         self.tail += n as u64;
