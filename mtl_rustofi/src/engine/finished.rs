@@ -60,7 +60,8 @@ impl Finished {
     }
 
     /// Hands the finished requests to `f` in the order they finished;
-    /// empties `self`.
+    /// empties `self`. (A send complete on return, `Started::Complete`,
+    /// is not among them: its caller completes it after these.)
     #[inline]
     pub(crate) fn deliver(&mut self, mut f: impl FnMut(Completion)) {
         let n = std::mem::take(&mut self.n);

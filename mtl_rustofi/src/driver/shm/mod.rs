@@ -36,6 +36,10 @@ use std::sync::{Arc, OnceLock};
 /// The provider name the rail reports (profiles, verbose lines).
 pub(crate) const PROVIDER: &str = "rustofi-shm";
 
+/// Cells written to a peer's ring (a page of them) after which the rings
+/// to and from it are mapped in whole ([`Segment::prime`]).
+const PRIME_AFTER: u64 = 64;
+
 /// Packets read from one peer's ring per poll, so that one busy sender
 /// cannot starve the others (the rest wait for the next poll).
 const POLL_BUDGET: usize = 64;
@@ -141,8 +145,10 @@ struct Peer {
     /// Its process was found gone: every later packet fails at once.
     gone: bool,
     /// The rings to and from it are mapped in (see [`Segment::prime`]):
-    /// done before the first packet to it, not when it is inserted, so
-    /// that only the pairs that talk take memory.
+    /// done once [`PRIME_AFTER`] cells have been written to it, not when
+    /// it is inserted, so that only the pairs that talk a lot take a
+    /// whole ring's memory (256 KiB a pair); one that exchanges a few
+    /// messages touches a page or two, as before.
     primed: bool,
 }
 
@@ -384,10 +390,11 @@ impl ShmRail {
         if p.gone {
             return Err(PostError::Hard(-libc::EPIPE));
         }
-        if !p.primed {
+        if !p.primed && p.tx.written() >= PRIME_AFTER {
             p.primed = true;
-            // Both directions: most peers answer. A failure only leaves
-            // the pages to fault in as they are reached.
+            // Both directions: a peer sent this much mostly answers. A
+            // failure only leaves the pages to fault in as they are
+            // reached.
             let (me, peer) = (self.job.rank, dest.0 as usize);
             let _ = self.seg.prime(me, peer) && self.seg.prime(peer, me);
         }
@@ -504,7 +511,8 @@ impl ShmRail {
             for (r, o) in reads[k..end].iter().zip(&mut outcome[k..end]) {
                 let covered = got.min(r.local.len);
                 got -= covered;
-                if covered < r.local.len {
+                // An empty read too: `read` checks its key.
+                if covered < r.local.len || r.local.len == 0 {
                     *o = self.read(
                         r.src,
                         r.local.slice(covered, r.local.len),

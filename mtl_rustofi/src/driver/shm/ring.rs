@@ -104,6 +104,12 @@ impl<C: Cells> Producer<C> {
         }
     }
 
+    /// Cells written to the ring so far (skips included).
+    #[inline]
+    pub(crate) fn written(&self) -> u64 {
+        self.head
+    }
+
     /// Appends one packet made of `parts` (at most [`max_packet`] bytes in
     /// all, the caller's limit). Never overwrites unread cells: a full
     /// ring refuses the packet.

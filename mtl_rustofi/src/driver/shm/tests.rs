@@ -174,8 +174,8 @@ fn reads_made_together_report_each_outcome_in_order() {
         })
         .collect();
     // The second has a key that is not its peer's pid, the last an address
-    // its peer does not map: each fails alone, with its own error, and the
-    // three between them go in one system call.
+    // its peer does not map: each fails alone, with its own error. The four
+    // after the bad key go in one system call, which stops at the last.
     reads[1].key = key + 1;
     reads[5].remote_addr = 8;
     let mut got = Vec::new();
@@ -192,6 +192,28 @@ fn reads_made_together_report_each_outcome_in_order() {
         assert_eq!(dst[i], src[i], "read {i}");
     }
     assert!(dst[1].iter().chain(&dst[5]).all(|&b| b == 0));
+}
+
+#[test]
+fn only_a_pair_that_talks_a_lot_takes_whole_rings() {
+    let (mut a, _b) = pair(0xa7);
+    let pkt = [5u8; 40];
+    // A few packets touch the first page of the ring alone.
+    for _ in 0..8 {
+        a.send(FiAddr(1), region(&pkt), None).unwrap();
+    }
+    assert!(a.seg.resident_pages(0, 1).0 <= 1);
+    assert_eq!(a.seg.resident_pages(1, 0).0, 0);
+    // A page of cells later, both rings are mapped in whole (where the
+    // kernel has MADV_POPULATE_WRITE, as every test machine does).
+    for _ in 8..=PRIME_AFTER {
+        a.send(FiAddr(1), region(&pkt), None).unwrap();
+    }
+    for (from, to) in [(0, 1), (1, 0)] {
+        let (resident, whole) = a.seg.resident_pages(from, to);
+        assert!(whole >= 31);
+        assert_eq!(resident, whole, "ring {from} -> {to}");
+    }
 }
 
 #[test]
