@@ -384,8 +384,8 @@ impl Driver {
             i += 1;
             if self.local_id != NO_LOCAL && shm::rail_of(&a) == Some(RailId(self.local_id)) {
                 if let Some(l) = self.local.as_mut() {
-                    if let Some(read) = local_read(&a) {
-                        i = execute_reads(l, read, i, core, out);
+                    if let Some(read) = shm::local_read(&a) {
+                        i = shm::execute_reads(l, read, i, core, out);
                         continue;
                     }
                     l.execute(a, core, out);
@@ -787,73 +787,4 @@ fn process_exists(pid: u32) -> bool {
     // SAFETY: signal 0 sends nothing; kill only reads its arguments.
     let r = unsafe { libc::kill(pid, 0) };
     r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
-
-/// A read of the read rendezvous on a rail that makes it itself.
-#[derive(Clone, Copy)]
-struct LocalRead {
-    rail: RailId,
-    op: OpId,
-    read: shm::Read,
-}
-
-/// The read an action asks for, if it is one.
-#[inline]
-fn local_read(a: &Action) -> Option<LocalRead> {
-    match *a {
-        Action::Read {
-            op,
-            rail,
-            src,
-            local,
-            remote_addr,
-            key,
-            ..
-        } => Some(LocalRead {
-            rail,
-            op,
-            read: shm::Read {
-                src,
-                local,
-                remote_addr,
-                key,
-            },
-        }),
-        _ => None,
-    }
-}
-
-/// Executes the own rail's read `first` and the reads of that rail that
-/// follow it in `out.actions` from `next` on (a window of rendezvous
-/// messages read in the same round), together ([`ShmRail::read_batch`]);
-/// returns the index of the first action not taken.
-#[inline(never)]
-fn execute_reads(
-    l: &mut ShmRail,
-    first: LocalRead,
-    mut next: usize,
-    core: &mut Core,
-    out: &mut Out,
-) -> usize {
-    let mut ops = [first.op; shm::cma::MANY];
-    let mut reads = [first.read; shm::cma::MANY];
-    let mut n = 1;
-    while n < shm::cma::MANY {
-        match out.actions.get(next).and_then(local_read) {
-            Some(r) if r.rail == first.rail => {
-                (ops[n], reads[n]) = (r.op, r.read);
-                n += 1;
-                next += 1;
-            }
-            _ => break,
-        }
-    }
-    // Reported once every read is made: a completion may append actions
-    // (the read's acknowledgement), which run after these, as they would
-    // have one read at a time.
-    l.read_batch(&reads[..n], |i, r| match r {
-        Ok(()) => core.on_complete(ops[i], out),
-        Err(e) => core.on_post_failed(Posted::Op(ops[i]), e, out),
-    });
-    next
 }

@@ -20,6 +20,7 @@
 //! Everything runs under the progress token like the libfabric rails.
 
 pub(crate) mod cma;
+pub(crate) mod reads;
 pub(crate) mod ring;
 pub(crate) mod segment;
 
@@ -29,6 +30,7 @@ use crate::proto::ids::{FiAddr, PeerId, RailId, RxSlot};
 use crate::proto::{Action, Core, Out, PostError, Posted, RailProfile};
 use crate::usermem::Region;
 use crate::wire::{self, RailKind};
+pub(crate) use reads::{execute_reads, local_read};
 use ring::{Consumer, Producer, Raw};
 use segment::Segment;
 use std::sync::{Arc, OnceLock};
@@ -459,84 +461,6 @@ impl ShmRail {
         self.push(dest, &[head, body])
     }
 
-    /// The read rendezvous' read: `key` is the sender's pid.
-    pub(crate) fn read(
-        &mut self,
-        src: FiAddr,
-        local: Region,
-        remote_addr: u64,
-        key: u64,
-    ) -> Result<(), PostError> {
-        let pid = match self.peers.get(src.0 as usize).and_then(Option::as_ref) {
-            Some(p) if p.pid as u64 == key => p.pid,
-            // A key that is not the peer's pid never reads another process.
-            _ => return Err(PostError::Hard(-libc::EINVAL)),
-        };
-        // SAFETY: `local` lies in a matched receive buffer, writable until
-        // the operation is reported (the core's contract).
-        unsafe { cma::read(pid, local, remote_addr) }.map_err(|e| PostError::Hard(-e))
-    }
-
-    /// The reads of the read rendezvous that came together (at most
-    /// [`cma::MANY`]), each as `read` would make it: one system call for
-    /// each run of reads from the same peer, then `read` for whatever that
-    /// call left (which also names the error). `done(i, outcome)` reports
-    /// read `i`, in order, once every read has been made.
-    pub(crate) fn read_batch(
-        &mut self,
-        reads: &[Read],
-        mut done: impl FnMut(usize, Result<(), PostError>),
-    ) {
-        let mut outcome = [Ok(()); cma::MANY];
-        let mut k = 0;
-        while k < reads.len() {
-            let pid = self.reader_pid(&reads[k]);
-            let mut end = k + 1;
-            while end < reads.len() && pid.is_some() && self.reader_pid(&reads[end]) == pid {
-                end += 1;
-            }
-            let mut got = match pid {
-                Some(pid) if end - k > 1 => {
-                    let mut parts = [(Region { addr: 0, len: 0 }, 0u64); cma::MANY];
-                    for (p, r) in parts.iter_mut().zip(&reads[k..end]) {
-                        *p = (r.local, r.remote_addr);
-                    }
-                    // SAFETY: each `local` lies in a matched receive buffer,
-                    // writable until its operation is reported (the core's
-                    // contract), which is after this returns.
-                    unsafe { cma::read_many(pid, &parts[..end - k]) }
-                }
-                _ => 0,
-            };
-            for (r, o) in reads[k..end].iter().zip(&mut outcome[k..end]) {
-                let covered = got.min(r.local.len);
-                got -= covered;
-                // An empty read too: `read` checks its key.
-                if covered < r.local.len || r.local.len == 0 {
-                    *o = self.read(
-                        r.src,
-                        r.local.slice(covered, r.local.len),
-                        r.remote_addr + covered as u64,
-                        r.key,
-                    );
-                }
-            }
-            k = end;
-        }
-        for (i, o) in outcome[..reads.len()].iter().enumerate() {
-            done(i, *o);
-        }
-    }
-
-    /// The pid a read reads from, if its key is that of its peer (else
-    /// `read` refuses it on its own).
-    fn reader_pid(&self, r: &Read) -> Option<u32> {
-        match self.peers.get(r.src.0 as usize).and_then(Option::as_ref) {
-            Some(p) if p.pid as u64 == r.key => Some(p.pid),
-            _ => None,
-        }
-    }
-
     /// The key a peer reads a registered buffer of ours with: our pid.
     pub(crate) fn key(&self) -> u64 {
         self.me.pid as u64
@@ -607,14 +531,14 @@ impl ShmRail {
                 payload,
                 ..
             } => (op, self.send(dest, head, payload)),
-            Action::Read {
-                op,
-                src,
-                local,
-                remote_addr,
-                key,
-                ..
-            } => (op, self.read(src, local, remote_addr, key)),
+            // The driver hands reads to `reads::execute_reads`, which makes
+            // those that come together at once; one alone is the same.
+            Action::Read { .. } => {
+                if let Some(r) = reads::local_read(&a) {
+                    self.read_batch(&[r.read], |_, res| reads::report(core, out, r.op, res));
+                }
+                return;
+            }
             Action::SendInline {
                 rail,
                 peer,
@@ -643,17 +567,6 @@ impl ShmRail {
             Err(e) => core.on_post_failed(Posted::Op(op), e, out),
         }
     }
-}
-
-/// One read of the read rendezvous (what [`Action::Read`] asks of this
-/// rail).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Read {
-    pub(crate) src: FiAddr,
-    pub(crate) local: Region,
-    pub(crate) remote_addr: u64,
-    /// The sender's pid.
-    pub(crate) key: u64,
 }
 
 /// Default largest eager payload: larger messages go by rendezvous, whose

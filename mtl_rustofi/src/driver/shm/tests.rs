@@ -2,6 +2,7 @@
 //! back-pressure, a dead reader, bad ring contents, a bad read key and
 //! reads made together.
 
+use super::reads::Read;
 use super::ring::Cells;
 use super::*;
 use crate::config::{self, Fault};
