@@ -8,14 +8,16 @@
 //! linker). Any beyond them go to a heap vector.
 
 use super::Completion;
+use std::mem::MaybeUninit;
 
 /// How many finished requests a call holds without allocating.
 const INLINE: usize = 4;
 
 pub(crate) struct Finished {
     n: usize,
-    /// `None` (one tag byte each to write) up from `n`.
-    first: [Option<Completion>; INLINE],
+    /// Written below `n`; left unwritten above it, so that making an empty
+    /// list (every entry call does) stores nothing but `n` and `more`.
+    first: [MaybeUninit<Completion>; INLINE],
     more: Vec<Completion>,
 }
 
@@ -24,7 +26,7 @@ impl Finished {
     pub(crate) fn new() -> Finished {
         Finished {
             n: 0,
-            first: [None; INLINE],
+            first: [const { MaybeUninit::uninit() }; INLINE],
             more: Vec::new(),
         }
     }
@@ -45,7 +47,7 @@ impl Finished {
     #[inline]
     pub(crate) fn push(&mut self, c: Completion) {
         if self.n < INLINE {
-            self.first[self.n] = Some(c);
+            self.first[self.n].write(c);
             self.n += 1;
         } else {
             self.more.push(c);
@@ -65,8 +67,10 @@ impl Finished {
     #[inline]
     pub(crate) fn deliver(&mut self, mut f: impl FnMut(Completion)) {
         let n = std::mem::take(&mut self.n);
-        for c in self.first[..n].iter().flatten() {
-            f(*c);
+        for c in &self.first[..n] {
+            // SAFETY: `push` wrote every slot below `n` before raising it,
+            // and nothing else lowers `n` but this `take`.
+            f(unsafe { c.assume_init() });
         }
         if !self.more.is_empty() {
             self.more.drain(..).for_each(f);
