@@ -3,8 +3,11 @@
 
 use super::{Clock, Completion, MessageHandle, State, Status, CLOCK_EVERY};
 use crate::inbox::Batch;
+use crate::matching::Selector;
+use crate::proto::ids::PeerId;
 use crate::proto::{InlineSend, SendArgs, Sent, Stats};
-use crate::request::{Cmd, Op};
+use crate::request::{Cmd, Op, ReqPtr};
+use crate::usermem::UserBuf;
 use std::sync::atomic::Ordering;
 
 /// One round of progress: a tick, the completion queues, and a tick again
@@ -143,14 +146,13 @@ pub(super) fn apply(st: &mut State, cmd: *mut Cmd) {
     }
 }
 
-/// Applies a send or a receive (token held), whether it came through the
-/// inbox or straight from its caller. A small eager send that the driver
-/// copies at post comes back as its packet ([`InlineSend`]), for the
-/// caller to execute after the actions already queued.
+/// Applies a send or a receive that came through the inbox (token held).
+/// A small eager send that the driver copies at post comes back as its
+/// packet ([`InlineSend`]), for the caller to execute after the actions
+/// already queued.
 #[inline(always)]
 #[must_use = "an inline packet must be executed and its send completed"]
 pub(super) fn apply_op(st: &mut State, op: Op) -> Option<InlineSend> {
-    let (core, out) = (&mut st.core, &mut st.out);
     match op {
         Op::Send {
             peer,
@@ -161,9 +163,6 @@ pub(super) fn apply_op(st: &mut State, op: Op) -> Option<InlineSend> {
             buf,
             req,
         } => {
-            // SAFETY: the request is live (isend's contract) and the
-            // token is held; MPI_Cancel may ask about any request.
-            unsafe { req.set_post_id(None) };
             let args = SendArgs {
                 peer,
                 ctx,
@@ -173,53 +172,96 @@ pub(super) fn apply_op(st: &mut State, op: Op) -> Option<InlineSend> {
                 sync,
                 req: req.id(),
             };
-            match core.send(args, out) {
-                Ok(Sent::Inline(p)) => return Some(p),
-                Ok(Sent::Out) => {}
-                Err(e) => {
-                    crate::log::error(&e.0);
-                    Stats::add(&core.stats().errors, 1);
-                    out.events.push(Completion::Send {
-                        req: req.id(),
-                        status: Status::Failed,
-                    });
-                }
-            }
+            // SAFETY: a queued command's request is live until it completes.
+            return unsafe { apply_send(st, args, req) };
         }
+        // SAFETY: as for a send.
         Op::Recv {
             sel,
             from,
             buf,
             req,
-        } => {
-            let id = core.recv(sel, from, buf, req.id(), out);
-            // SAFETY: the request is live (irecv's contract) and the token
-            // is held. Written either way: a request applied directly was
-            // never initialised, and a stale ticket must not reach cancel.
-            unsafe { req.set_post_id(id) };
-        }
-        Op::Mrecv { msg, buf, req } => {
-            // SAFETY: as for a send.
-            unsafe { req.set_post_id(None) };
-            let r = match msg.id() {
-                Some(id) => core.mrecv(id, buf, req.id(), out),
-                None => Err(crate::proto::CoreError("a null message handle".into())),
-            };
-            if let Err(e) = r {
-                crate::log::error(&e.0);
-                Stats::add(&core.stats().errors, 1);
-                out.events.push(Completion::Recv {
-                    req: req.id(),
-                    src: -1,
-                    tag: -1,
-                    bytes: 0,
-                    status: Status::Failed,
-                });
-            }
-        }
+        } => unsafe { apply_recv(st, sel, from, buf, req) },
+        // SAFETY: as for a send.
+        Op::Mrecv { msg, buf, req } => unsafe { apply_mrecv(st, msg, buf, req) },
         Op::Cancel { .. } | Op::Probe { .. } => {
             unreachable!("cancels and probes wait for their command")
         }
     }
     None
+}
+
+/// Applies a send (token held), whether it came through the inbox or
+/// straight from its caller; a small eager one comes back as its packet,
+/// as in [`apply_op`]. A send the core refuses completes as failed.
+///
+/// # Safety
+/// `req` is the live request `args.req` names, and stays so until the
+/// send completes.
+#[inline(always)]
+#[must_use = "an inline packet must be executed and its send completed"]
+pub(super) unsafe fn apply_send(st: &mut State, args: SendArgs, req: ReqPtr) -> Option<InlineSend> {
+    let (core, out) = (&mut st.core, &mut st.out);
+    // SAFETY: the request is live (the contract) and the token is held;
+    // MPI_Cancel may ask about any request.
+    unsafe { req.set_post_id(None) };
+    match core.send(args, out) {
+        Ok(Sent::Inline(p)) => return Some(p),
+        Ok(Sent::Out) => {}
+        Err(e) => {
+            crate::log::error(&e.0);
+            Stats::add(&core.stats().errors, 1);
+            out.events.push(Completion::Send {
+                req: args.req,
+                status: Status::Failed,
+            });
+        }
+    }
+    None
+}
+
+/// Posts a receive (token held), from the inbox or straight from its
+/// caller.
+///
+/// # Safety
+/// `req` is live and stays so until the receive completes.
+#[inline(always)]
+pub(super) unsafe fn apply_recv(
+    st: &mut State,
+    sel: Selector,
+    from: Option<PeerId>,
+    buf: UserBuf,
+    req: ReqPtr,
+) {
+    let id = st.core.recv(sel, from, buf, req.id(), &mut st.out);
+    // SAFETY: the request is live (the contract) and the token is held.
+    // Written either way: a request applied directly was never
+    // initialised, and a stale ticket must not reach cancel.
+    unsafe { req.set_post_id(id) };
+}
+
+/// Receives a message taken by a matched probe (token held).
+///
+/// # Safety
+/// As for [`apply_recv`].
+#[inline(always)]
+pub(super) unsafe fn apply_mrecv(st: &mut State, msg: MessageHandle, buf: UserBuf, req: ReqPtr) {
+    let (core, out) = (&mut st.core, &mut st.out);
+    // SAFETY: as for a send.
+    unsafe { req.set_post_id(None) };
+    let r = match msg.id() {
+        Some(id) => core.mrecv(id, buf, req.id(), out),
+        None => Err(crate::proto::CoreError("a null message handle".into())),
+    };
+    if let Err(e) = r {
+        crate::log::error(&e.0);
+        Stats::add(&core.stats().errors, 1);
+        out.events.push(Completion::Recv {
+            req: req.id(),
+            src: -1,
+            tag: -1,
+            bytes: 0,
+            status: Status::Failed,
+        });
+    }
 }

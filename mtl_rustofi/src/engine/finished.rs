@@ -2,16 +2,19 @@
 //! who delivers them to Open MPI once the token is released (a completion
 //! callback may call back into the MTL).
 //!
-//! Most calls finish one or two requests, so the first few live in the
-//! caller's stack frame: no allocation, and no thread-local vector (in a
-//! shared library, each thread-local access is a call into the dynamic
-//! linker). Any beyond them go to a heap vector.
+//! The finished requests live in the caller's stack frame, as many as one
+//! poll of a ring reads (a window of small messages arrives as a burst):
+//! no allocation, and no thread-local vector (in a shared library, each
+//! thread-local access is a call into the dynamic linker). The slots are
+//! left uninitialised, so a large frame costs nothing to set up. Any
+//! beyond them go to a heap vector.
 
 use super::Completion;
 use std::mem::MaybeUninit;
 
-/// How many finished requests a call holds without allocating.
-const INLINE: usize = 4;
+/// How many finished requests a call holds without allocating: one poll
+/// of a ring's budget (`driver::shm::POLL_BUDGET`), 2 KiB of stack.
+const INLINE: usize = 64;
 
 pub(crate) struct Finished {
     n: usize,
@@ -87,15 +90,16 @@ mod tests {
     #[test]
     fn keeps_order_beyond_the_inline_slots() {
         let mut f = Finished::new();
-        let mut core: Vec<Completion> = (0..20)
+        let beyond = INLINE + 16;
+        let mut core: Vec<Completion> = (0..beyond)
             .map(|i| Completion::Send {
                 req: ReqId(i),
                 status: Status::Ok,
             })
             .collect();
         f.take_from(&mut core);
-        assert!(core.is_empty() && core.capacity() >= 20);
-        core.push(Completion::Cancelled { req: ReqId(20) });
+        assert!(core.is_empty() && core.capacity() >= beyond);
+        core.push(Completion::Cancelled { req: ReqId(beyond) });
         f.take_from(&mut core);
         let mut got = Vec::new();
         f.deliver(|c| {
@@ -104,7 +108,7 @@ mod tests {
                 Completion::Recv { req, .. } => req.0,
             })
         });
-        assert_eq!(got, (0..21).collect::<Vec<_>>());
+        assert_eq!(got, (0..=beyond).collect::<Vec<_>>());
         assert!(f.is_empty());
         f.deliver(|_| panic!("delivered twice"));
     }

@@ -17,7 +17,7 @@ use crate::handoff::{Handoff, Poisoned};
 use crate::matching::Selector;
 use crate::memrelease::ReleaseRing;
 use crate::proto::ids::PeerId;
-use crate::proto::{Core, CoreConfig, Out, Stats};
+use crate::proto::{Core, CoreConfig, InlineSend, Out, SendArgs, Stats};
 pub(crate) use crate::proto::{Event as Completion, ProbeInfo, Status};
 pub(crate) use crate::request::MessageHandle;
 use crate::request::{Cmd, Op, ReqPtr};
@@ -32,7 +32,7 @@ mod peers;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-use apply::{apply, apply_all, apply_op, progress};
+use apply::{apply, apply_all, apply_mrecv, apply_recv, apply_send, progress};
 use idle::IdleWatch;
 use peers::add_peer;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -352,17 +352,33 @@ impl Engine {
     ) -> Result<Started, EngineError> {
         // SAFETY: per the function contract (a send buffer is only read).
         let buf = unsafe { UserBuf::new(buf as *mut u8, len) };
-        let op = Op::Send {
-            peer: PeerId::from_handle(peer),
+        let peer = PeerId::from_handle(peer);
+        let args = SendArgs {
+            peer,
             ctx,
             src,
             tag,
-            sync,
             buf,
-            req,
+            sync,
+            req: req.id(),
         };
-        // SAFETY: per the function contract.
-        unsafe { self.start(req, op, out) }
+        // SAFETY: per the function contract, for both paths.
+        unsafe {
+            self.start(
+                req,
+                |st| apply_send(st, args, req),
+                || Op::Send {
+                    peer,
+                    ctx,
+                    src,
+                    tag,
+                    sync,
+                    buf,
+                    req,
+                },
+                out,
+            )
+        }
     }
 
     /// Posts a receive; may complete at once from the unexpected queue.
@@ -381,11 +397,15 @@ impl Engine {
     ) -> Result<(), EngineError> {
         // SAFETY: per the function contract.
         let buf = unsafe { UserBuf::new(buf, cap) };
-        // SAFETY: per the function contract.
+        // SAFETY: per the function contract, for both paths.
         let started = unsafe {
             self.start(
                 req,
-                Op::Recv {
+                |st| {
+                    apply_recv(st, sel, from, buf, req);
+                    None
+                },
+                || Op::Recv {
                     sel,
                     from,
                     buf,
@@ -413,19 +433,35 @@ impl Engine {
         // SAFETY: per the function contract.
         let buf = unsafe { UserBuf::new(buf, cap) };
         // SAFETY: per the function contract.
-        unsafe { self.start(req, Op::Mrecv { msg, buf, req }, out) }.map(|_| ())
+        unsafe {
+            self.start(
+                req,
+                |st| {
+                    apply_mrecv(st, msg, buf, req);
+                    None
+                },
+                || Op::Mrecv { msg, buf, req },
+                out,
+            )
+        }
+        .map(|_| ())
     }
 
-    /// Starts an operation: applied at once if the progress token is free
-    /// (after the commands queued before it), else queued as a command in
-    /// the request for the token holder.
+    /// Starts an operation: applied at once by `direct` if the progress
+    /// token is free (after the commands queued before it), else queued as
+    /// the command `queued` makes, in the request, for the token holder.
+    /// The command is made only then: the direct path builds no [`Op`]
+    /// and matches on none.
     ///
     /// # Safety
-    /// `req` valid until completion.
+    /// `req` valid until completion; `direct` applies the operation whose
+    /// command `queued` makes.
+    #[inline(always)]
     unsafe fn start(
         &self,
         req: ReqPtr,
-        op: Op,
+        direct: impl Fn(&mut State) -> Option<InlineSend>,
+        queued: impl FnOnce() -> Op,
         out: &mut Finished,
     ) -> Result<Started, EngineError> {
         let mut started = Started::Pending;
@@ -433,7 +469,7 @@ impl Engine {
             for cmd in batch {
                 apply(st, cmd);
             }
-            let inline = if first { apply_op(st, op) } else { None };
+            let inline = if first { direct(st) } else { None };
             if !st.out.actions.is_empty() {
                 st.driver.execute(&mut st.core, &mut st.out);
             }
@@ -455,7 +491,7 @@ impl Engine {
         // SAFETY: per the function contract; the command lives in the
         // request, which stays valid until the operation completes.
         unsafe {
-            let cmd = req.init(op);
+            let cmd = req.init(queued());
             self.submit(cmd, out)?;
         }
         Ok(Started::Pending)

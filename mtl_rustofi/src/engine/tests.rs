@@ -220,80 +220,96 @@ fn ring_only_rounds_leave_no_work_behind_and_run_when_idle() {
 /// process, each through `irecv`, `isend` and the polls the shim would
 /// make, and nothing else: what `bench/engine-ir` runs under callgrind
 /// (`RUSTOFI_PINGPONG` round trips) to price the engine's hot path alone,
-/// without Open MPI, the shim or a second process's timing. Every message
-/// is checked, so the count it prices is of work that was done right.
+/// without Open MPI, the shim or a second process's timing. With
+/// `RUSTOFI_WINDOW` = W (default 1) each direction is a window of W
+/// messages, as in OSU's bandwidth and message-rate tests: W receives
+/// posted, W sends, then polls until all W are in. Every message is
+/// checked, so the count it prices is of work that was done right.
 #[test]
 #[ignore = "a workload for bench/engine-ir, not a check of its own"]
 fn pingpong_for_engine_ir() {
     const PINGPONG_LEN: usize = 8;
-    let iters: usize = std::env::var("RUSTOFI_PINGPONG")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
+    let env = |name: &str, default: usize| -> usize {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let iters = env("RUSTOFI_PINGPONG", 1000);
+    let window = env("RUSTOFI_WINDOW", 1).max(1);
     let (a, b) = pair();
-    let mut reqs = requests(4);
+    let mut recv_reqs = requests(window);
+    let mut send_reqs = requests(window);
     let mut out = Finished::new();
-    let mut bufs = [[0u8; PINGPONG_LEN]; 2];
+    let mut bufs = vec![[0u8; PINGPONG_LEN]; window];
     for i in 0..iters {
         for (dir, (from, to)) in [(&a, &b), (&b, &a)].into_iter().enumerate() {
-            // One tag per direction, as the OSU latency test sends.
+            // One tag per direction, as the OSU tests send.
             let tag = dir as i32;
-            let payload = [(2 * i + dir) as u8; PINGPONG_LEN];
-            let (recv_req, send_req) = reqs.split_at_mut(2);
+            let payloads: Vec<[u8; PINGPONG_LEN]> = (0..window)
+                .map(|w| [(i * 7 + w * 3 + dir) as u8; PINGPONG_LEN])
+                .collect();
             let sel = Selector {
                 ctx: 1,
                 src: Source::Rank(dir as i32),
                 tag: Tag::Value(tag),
             };
             // SAFETY: the buffers and requests outlive every operation on
-            // them: each round trip waits for its receive below, and a
+            // them: each window waits for all its receives below, and a
             // send of this size completes on return (asserted).
             unsafe {
-                to.engine
-                    .irecv(
-                        sel,
-                        Some(PeerId::from_handle(to.peer)),
-                        bufs[dir].as_mut_ptr(),
-                        PINGPONG_LEN,
-                        req(&mut recv_req[dir]),
-                        &mut out,
-                    )
-                    .unwrap();
-                let started = from
-                    .engine
-                    .isend(
-                        from.peer,
-                        1,
-                        dir as i32,
-                        tag,
-                        payload.as_ptr(),
-                        PINGPONG_LEN,
-                        false,
-                        req(&mut send_req[dir]),
-                        &mut out,
-                    )
-                    .unwrap();
-                assert_eq!(started, Started::Complete);
+                for (buf, r) in bufs.iter_mut().zip(recv_reqs.iter_mut()) {
+                    to.engine
+                        .irecv(
+                            sel,
+                            Some(PeerId::from_handle(to.peer)),
+                            buf.as_mut_ptr(),
+                            PINGPONG_LEN,
+                            req(r),
+                            &mut out,
+                        )
+                        .unwrap();
+                }
+                for (p, r) in payloads.iter().zip(send_reqs.iter_mut()) {
+                    let started = from
+                        .engine
+                        .isend(
+                            from.peer,
+                            1,
+                            dir as i32,
+                            tag,
+                            p.as_ptr(),
+                            PINGPONG_LEN,
+                            false,
+                            req(r),
+                            &mut out,
+                        )
+                        .unwrap();
+                    assert_eq!(started, Started::Complete);
+                }
             }
-            let mut done = false;
-            while !done {
+            let mut done = 0;
+            while done < window {
                 if !to.engine.nothing_to_poll() {
                     to.engine.progress(&mut out);
                 }
                 out.deliver(|c| match c {
                     Completion::Recv {
+                        req: r,
                         tag: t,
                         bytes,
                         status,
                         ..
                     } => {
                         assert_eq!((t, bytes, status), (tag, PINGPONG_LEN, Status::Ok));
-                        done = true;
+                        // Receives of one sender and tag complete in order.
+                        assert_eq!(r.0, recv_reqs[done].as_ptr() as usize);
+                        done += 1;
                     }
                     other => panic!("unexpected {other:?}"),
                 });
             }
-            assert_eq!(bufs[dir], payload, "round trip {i}");
+            assert_eq!(bufs, payloads, "window {i}");
         }
     }
 }
