@@ -175,15 +175,19 @@ pub(super) fn apply_op(st: &mut State, op: Op) -> Option<InlineSend> {
             // SAFETY: a queued command's request is live until it completes.
             return unsafe { apply_send(st, args, req) };
         }
-        // SAFETY: as for a send.
         Op::Recv {
             sel,
             from,
             buf,
             req,
-        } => unsafe { apply_recv(st, sel, from, buf, req) },
-        // SAFETY: as for a send.
-        Op::Mrecv { msg, buf, req } => unsafe { apply_mrecv(st, msg, buf, req) },
+        } => {
+            // SAFETY: as for a send.
+            unsafe { apply_recv(st, sel, from, buf, req) }
+        }
+        Op::Mrecv { msg, buf, req } => {
+            // SAFETY: as for a send.
+            unsafe { apply_mrecv(st, msg, buf, req) }
+        }
         Op::Cancel { .. } | Op::Probe { .. } => {
             unreachable!("cancels and probes wait for their command")
         }

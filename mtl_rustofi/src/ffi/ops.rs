@@ -41,12 +41,21 @@ pub unsafe extern "C" fn rustofi_add_peer(
 /// Drains the completion queue; returns the number of events handled.
 #[no_mangle]
 pub extern "C" fn rustofi_progress() -> c_int {
-    const WHAT: &str = "rustofi_progress";
     match component() {
         // An empty poll (the common case of a waiting rank) returns after
         // a few loads, before the unwind guard and the token: nothing on
-        // that path can panic.
+        // that path can panic. The rest is a call of its own, so that this
+        // path saves no registers and sets up no frame for it.
         Some(c) if c.engine.nothing_to_poll() => 0,
+        c => progress_round(c),
+    }
+}
+
+/// A poll that takes the token: `rustofi_progress` past its quick look.
+#[inline(never)]
+fn progress_round(c: Option<&'static Component>) -> c_int {
+    const WHAT: &str = "rustofi_progress";
+    match c {
         Some(c) => with_component(c, WHAT, |e, out| e.progress(out) as c_int),
         // Says that it was called before initialisation.
         None => with_engine(WHAT, |e, out| e.progress(out) as c_int),
