@@ -89,17 +89,26 @@ impl<S, N: Linked> Handoff<S, N> {
         }
     }
 
-    /// If the token is free: takes it and runs `work(state, queued, true)`,
+    /// If the token is free: takes it and runs `first(state, queued, ctx)`,
     /// where the caller applies the queued commands and then its own
     /// (which so never enters the inbox: the fast path of a thread that
     /// finds the engine idle), releases it, and then runs
-    /// `work(state, queued, false)` for whatever was queued meanwhile, as
+    /// `rest(state, queued, ctx)` for whatever was queued meanwhile, as
     /// [`Handoff::combine`] does. Returns false, having run nothing, if
     /// another thread holds the token or the handoff is poisoned; the
     /// caller then queues its command. A thread's commands keep their
     /// order: the ones it queued earlier are applied or still queued, and
-    /// queued ones go first.
-    pub(crate) fn run_or_combine(&self, mut work: impl FnMut(&mut S, Batch<N>, bool)) -> bool {
+    /// queued ones go first. Two closures rather than one told which call
+    /// it is: `first` has one call site, so it is inlined into the
+    /// caller's fast path. `ctx` is what both need mutably (what
+    /// finished, for the caller to deliver).
+    #[inline(always)]
+    pub(crate) fn run_or_combine<C>(
+        &self,
+        ctx: &mut C,
+        first: impl FnOnce(&mut S, Batch<N>, &mut C),
+        mut rest: impl FnMut(&mut S, Batch<N>, &mut C),
+    ) -> bool {
         if self.poisoned.load(Ordering::Acquire) || !self.token.try_acquire() {
             return false;
         }
@@ -113,11 +122,11 @@ impl<S, N: Linked> Handoff<S, N> {
             self.state.with_mut(|s| {
                 // SAFETY: we hold the token, which grants exclusive
                 // access to the state.
-                work(unsafe { &mut *s }, self.inbox.take_all(), true)
+                first(unsafe { &mut *s }, self.inbox.take_all(), ctx)
             });
         }
         if !self.inbox.is_empty() {
-            self.combine(|s, batch| work(s, batch, false));
+            self.combine(|s, batch| rest(s, batch, ctx));
         }
         true
     }
@@ -320,19 +329,23 @@ mod loom_tests {
     /// The engine's start path: apply directly if the token is free,
     /// else push and combine.
     fn start<S>(h: &Handoff<S, Node>, cmd: Cmd, apply: impl Fn(&mut S, Cmd)) {
-        let mut mine = Some(cmd);
-        let ran = h.run_or_combine(|s, batch, first| {
+        let apply_batch = |s: &mut S, batch: Batch<Node>| {
             for n in batch {
                 // SAFETY: the node is ours now (leaked Box, pushed once).
                 let n = unsafe { Box::from_raw(n) };
                 apply(s, n.cmd);
             }
-            if first {
-                apply(s, mine.take().expect("applied once"));
-            }
-        });
+        };
+        let ran = h.run_or_combine(
+            &mut (),
+            |s, batch, _| {
+                apply_batch(s, batch);
+                apply(s, cmd);
+            },
+            |s, batch, _| apply_batch(s, batch),
+        );
         if !ran {
-            submit(h, mine.take().expect("not applied"), apply);
+            submit(h, cmd, &apply);
         }
     }
 

@@ -14,6 +14,7 @@ use crate::config::Settings;
 use crate::driver::{Caps, Driver, SameHost};
 use crate::fabric::{FiError, InfoList};
 use crate::handoff::{Handoff, Poisoned};
+use crate::inbox::Batch;
 use crate::matching::Selector;
 use crate::memrelease::ReleaseRing;
 use crate::proto::ids::PeerId;
@@ -460,31 +461,37 @@ impl Engine {
     unsafe fn start(
         &self,
         req: ReqPtr,
-        direct: impl Fn(&mut State) -> Option<InlineSend>,
+        direct: impl FnOnce(&mut State) -> Option<InlineSend>,
         queued: impl FnOnce() -> Op,
         out: &mut Finished,
     ) -> Result<Started, EngineError> {
         let mut started = Started::Pending;
-        let ran = self.handoff.run_or_combine(|st, batch, first| {
-            for cmd in batch {
-                apply(st, cmd);
-            }
-            let inline = if first { direct(st) } else { None };
-            if !st.out.actions.is_empty() {
-                st.driver.execute(&mut st.core, &mut st.out);
-            }
-            if let Some(p) = inline {
-                // After what was queued before it, as if it were the last
-                // action; complete for MPI once the driver has it (or, if
-                // it refused the packet, the core has copied it).
-                st.driver.send_inline(p, &mut st.core, &mut st.out);
-                started = Started::Complete;
-            }
-            out.take_from(&mut st.out.events);
-            if let Some(w) = &self.idle {
-                w.note_started(st);
-            }
-        });
+        let ran = self.handoff.run_or_combine(
+            out,
+            |st, batch, out| {
+                for cmd in batch {
+                    apply(st, cmd);
+                }
+                let inline = direct(st);
+                if !st.out.actions.is_empty() {
+                    st.driver.execute(&mut st.core, &mut st.out);
+                }
+                if let Some(p) = inline {
+                    // After what was queued before it, as if it were the
+                    // last action; complete for MPI once the driver has it
+                    // (or, if it refused the packet, the core has copied
+                    // it).
+                    st.driver.send_inline(p, &mut st.core, &mut st.out);
+                    started = Started::Complete;
+                }
+                out.take_from(&mut st.out.events);
+                if let Some(w) = &self.idle {
+                    w.note_started(st);
+                }
+            },
+            // What other threads queued meanwhile.
+            |st, batch, out| self.apply_queued(st, batch, out),
+        );
         if ran {
             return Ok(started);
         }
@@ -495,6 +502,16 @@ impl Engine {
             self.submit(cmd, out)?;
         }
         Ok(Started::Pending)
+    }
+
+    /// Applies queued commands as the token holder, executes what follows
+    /// and collects what finished.
+    fn apply_queued(&self, st: &mut State, batch: Batch<Cmd>, out: &mut Finished) {
+        apply_all(st, batch);
+        out.take_from(&mut st.out.events);
+        if let Some(w) = &self.idle {
+            w.note_started(st);
+        }
     }
 
     /// Iprobe: drives progress, then looks at the unexpected queue.
