@@ -1,0 +1,114 @@
+/*
+ * profile_window: windows of small non-blocking messages from rank 0 to
+ * rank 1, as OSU's bandwidth and message-rate tests send them, made to be
+ * run under callgrind by bench/profile-window.
+ *
+ * Usage: profile_window size window iters idle_polls
+ *
+ *   Each iteration: rank 0 posts `window` MPI_Isend of `size` bytes (one
+ *   tag) and waits for them all, then receives a 1-byte ack; rank 1 posts
+ *   `window` MPI_Irecv, waits for them all, then sends the ack. 20 warm-up
+ *   iterations come first. Then, as in profile_pingpong, an idle phase:
+ *   rank 0 calls MPI_Test `idle_polls` times (0: none) on a receive that
+ *   cannot match yet while rank 1 waits in MPI_Recv, so that both ranks'
+ *   polls in it find nothing, which prices an empty poll.
+ *
+ * Under callgrind the counts are dumped after the warm-up (<file>.1), after
+ * the windows (<file>.2) and after the idle phase (<file>.3). Every
+ * received payload is checked (first and last byte: window index and
+ * iteration); the exit status is 1 on a mismatch.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__has_include)
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#endif
+#endif
+#ifndef CALLGRIND_DUMP_STATS_AT
+#define CALLGRIND_DUMP_STATS_AT(s) ((void) (s))
+#endif
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank, np;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &np);
+    if (argc < 5) {
+        if (rank == 0) fprintf(stderr, "usage: profile_window size window iters idle_polls\n");
+        MPI_Finalize();
+        return 2;
+    }
+    long size = atol(argv[1]), window = atol(argv[2]), iters = atol(argv[3]);
+    long idle = atol(argv[4]);
+    if (np != 2 || size < 1 || window < 1 || iters < 1 || idle < 0) {
+        if (rank == 0)
+            fprintf(stderr, "profile_window needs 2 ranks, size, window, iters >= 1, idle >= 0\n");
+        MPI_Finalize();
+        return 2;
+    }
+    unsigned char *buf = malloc((size_t) (size * window));
+    MPI_Request *req = malloc(sizeof(*req) * (size_t) window);
+    if (!buf || !req) MPI_Abort(MPI_COMM_WORLD, 3);
+    const int peer = 1 - rank;
+    const long warm = 20;
+    int bad = 0;
+    char ack = 0;
+
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (long i = 0; i < warm + iters; i++) {
+        if (i == warm) CALLGRIND_DUMP_STATS_AT("start-up and warm-up");
+        if (rank == 0) {
+            for (long w = 0; w < window; w++) {
+                unsigned char *m = buf + w * size;
+                m[0] = (unsigned char) w;
+                m[size - 1] = (unsigned char) i;
+                MPI_Isend(m, (int) size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &req[w]);
+            }
+            MPI_Waitall((int) window, req, MPI_STATUSES_IGNORE);
+            MPI_Recv(&ack, 1, MPI_CHAR, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            for (long w = 0; w < window; w++)
+                MPI_Irecv(buf + w * size, (int) size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &req[w]);
+            MPI_Waitall((int) window, req, MPI_STATUSES_IGNORE);
+            for (long w = 0; w < window; w++) {
+                const unsigned char *m = buf + w * size;
+                if (m[0] != (unsigned char) w || m[size - 1] != (unsigned char) i) bad = 1;
+            }
+            MPI_Send(&ack, 1, MPI_CHAR, peer, 2, MPI_COMM_WORLD);
+        }
+    }
+    CALLGRIND_DUMP_STATS_AT("windows");
+    if (bad) fprintf(stderr, "rank %d: a payload arrived wrong or out of order\n", rank);
+
+    char go = 0, done = 0;
+    if (rank == 0) {
+        MPI_Request r;
+        int flag = 0;
+        MPI_Irecv(&done, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD, &r);
+        for (long i = 0; i < idle && !flag; i++) MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+        if (flag) {
+            fprintf(stderr, "idle phase: receive completed before the go-ahead\n");
+            bad = 1;
+        }
+        MPI_Send(&go, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD);
+        if (!flag) MPI_Wait(&r, MPI_STATUS_IGNORE);
+    } else {
+        MPI_Recv(&go, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(&done, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD);
+    }
+    CALLGRIND_DUMP_STATS_AT("idle phase");
+
+    int anybad = 0;
+    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("profile_window: size %ld window %ld iters %ld: %s\n", size, window, iters,
+               anybad ? "FAIL" : "ok");
+    free(buf);
+    free(req);
+    MPI_Finalize();
+    return anybad;
+}
