@@ -384,6 +384,20 @@ impl<R, U> Matcher<R, U> {
         self.pop_specific_posted(env.key())
     }
 
+    /// [`Matcher::take_posted`] while no wildcard receive is posted (in
+    /// any context), which one load tells; `None` while some is, and the
+    /// caller asks [`Matcher::take_posted`]. A caller that keeps the two
+    /// cases apart keeps the common one's receive out of the wildcard
+    /// path's way (a result that joins an out-of-line call's goes through
+    /// memory).
+    #[inline(always)]
+    pub fn take_posted_unless_wild(&mut self, env: &Envelope) -> Option<Option<R>> {
+        if self.wild_count != 0 {
+            return None;
+        }
+        Some(self.pop_specific_posted(env.key()))
+    }
+
     /// [`Matcher::take_posted`] while wildcard receives are posted (in any
     /// context).
     #[inline(never)]

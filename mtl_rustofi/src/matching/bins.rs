@@ -206,12 +206,16 @@ impl<K: Copy + Eq + Hash, C: Container> Bins<K, C> {
 
     #[inline(always)]
     pub(super) fn get_mut(&mut self, key: &K) -> Option<&mut Slot<K, C>> {
-        if !self.last_is(key) {
-            self.last = self.table.find_bucket_index(hash(key), |s| s.key == *key)?;
-        }
-        // Bucket `last` was just found occupied (no unsafe access: the
-        // matcher stays out of the crate's fenced unsafe code).
-        self.table.get_bucket_mut(self.last)
+        // The remembered bucket is checked (in bounds, occupied) once, by
+        // the entry that then hands out the slot: no unsafe access, as the
+        // matcher stays out of the crate's fenced unsafe code.
+        let table = match self.table.get_bucket_entry(self.last) {
+            Ok(e) if e.get().key == *key => return Some(e.into_mut()),
+            Ok(e) => e.into_table(),
+            Err(absent) => absent.into_table(),
+        };
+        self.last = table.find_bucket_index(hash(key), |s| s.key == *key)?;
+        table.get_bucket_mut(self.last)
     }
 
     /// The container of `key`, created (from the spare list if it can) if

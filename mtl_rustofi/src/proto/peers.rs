@@ -177,9 +177,23 @@ impl Core {
         }
     }
 
+    /// A packet read from a ring of the own shared-memory rail (`rail`):
+    /// what [`Self::on_packet`] does, without its look at the rail. That
+    /// rail's one receive slot is never reposted (`rx_kept`) and never
+    /// fails (its post is a no-op), and its bytes count as `shm_rx_bytes`.
+    #[inline(always)]
+    pub(crate) fn on_ring_packet(&mut self, rail: RailId, pkt: &[u8], out: &mut Out) {
+        debug_assert!({
+            let r = &self.rails[rail.index()];
+            r.profile.kind == RailKind::Local && r.profile.rx_kept && r.rx_failing.is_empty()
+        });
+        Stats::bump(&self.stats.shm_rx_bytes, pkt.len() as u64);
+        self.handle_packet(pkt, out);
+    }
+
     /// Parses one packet (one message, or several coalesced eager
     /// messages) and acts on each message. Inlined into
-    /// [`Self::on_packet`].
+    /// [`Self::on_packet`] and [`Self::on_ring_packet`].
     #[inline(always)]
     fn handle_packet(&mut self, pkt: &[u8], out: &mut Out) {
         // The common packet, one well-formed eager message (or a coalesced

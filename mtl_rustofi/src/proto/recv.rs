@@ -237,11 +237,47 @@ impl Core {
         payload: &[u8],
         out: &mut Out,
     ) {
-        if let Some(p) = self.matcher.take_posted(&env) {
-            self.stats.posted_now.down(1);
-            self.finish_eager(p, env, peer, payload, sync, out);
-            return;
+        // While wildcard receives are posted the match is made out of line
+        // (`on_eager_wild`): a receive found there, joined with this one,
+        // would go through two stack copies on this path too.
+        match self.matcher.take_posted_unless_wild(&env) {
+            Some(Some(p)) => {
+                self.stats.posted_now.down(1);
+                self.finish_eager(p, env, peer, payload, sync, out);
+            }
+            Some(None) => self.queue_unexpected_eager(peer, env, sync, payload),
+            None => self.on_eager_wild(peer, env, sync, payload, out),
         }
+    }
+
+    /// [`Self::on_eager`] while wildcard receives are posted.
+    #[inline(never)]
+    fn on_eager_wild(
+        &mut self,
+        peer: PeerId,
+        env: Envelope,
+        sync: Option<Cookie>,
+        payload: &[u8],
+        out: &mut Out,
+    ) {
+        match self.matcher.take_posted(&env) {
+            Some(p) => {
+                self.stats.posted_now.down(1);
+                self.finish_eager(p, env, peer, payload, sync, out);
+            }
+            None => self.queue_unexpected_eager(peer, env, sync, payload),
+        }
+    }
+
+    /// An eager message no posted receive wanted: its payload copied
+    /// into the unexpected queue.
+    fn queue_unexpected_eager(
+        &mut self,
+        peer: PeerId,
+        env: Envelope,
+        sync: Option<Cookie>,
+        payload: &[u8],
+    ) {
         self.queue_unexpected(
             env,
             Unexpected::Eager {

@@ -27,19 +27,23 @@ impl<'a> EagerMsg<'a> {
     #[inline]
     pub(crate) fn parse(pkt: &'a [u8]) -> Option<(EagerMsg<'a>, usize)> {
         let (head, rest) = pkt.split_first_chunk::<BASE_LEN>()?;
-        if head[0] != MAGIC || head[1] != Kind::Eager as u8 || head[3] != VERSION {
+        // Magic, kind and version (bytes 0, 1 and 3; byte 2 is the flags)
+        // in one comparison.
+        if u32_at(head, 0) & ID_MASK != ID_EAGER {
             return None;
         }
         // A length that does not fit in usize cannot fit in the packet.
         let len = usize::try_from(u64_at(head, 32)).ok()?;
         let payload = rest.get(..len)?;
         let after = rest.len() - len;
-        let fits = if head[FLAGS_AT] & FLAG_MORE != 0 {
-            after >= BASE_LEN
-        } else {
-            after == 0
-        };
-        fits.then_some((EagerMsg { head, payload }, BASE_LEN + len))
+        // The common message fills its packet and says nothing follows;
+        // one that says more follows (`FLAG_MORE`) leaves room for a
+        // header after it, and nothing else is followed by anything.
+        let more = head[FLAGS_AT] & FLAG_MORE != 0;
+        if (after != 0 || more) && !(more && after >= BASE_LEN) {
+            return None;
+        }
+        Some((EagerMsg { head, payload }, BASE_LEN + len))
     }
 
     pub(crate) fn flags(&self) -> u8 {
@@ -81,6 +85,12 @@ impl<'a> EagerMsg<'a> {
         Header::base(Kind::Eager, self.head)
     }
 }
+
+/// The bytes of a header's first word that identify an eager message:
+/// magic, kind and version, not the flags (byte [`FLAGS_AT`]).
+const ID_MASK: u32 = u32::from_le_bytes([0xff, 0xff, 0, 0xff]);
+const ID_EAGER: u32 = u32::from_le_bytes([MAGIC, Kind::Eager as u8, 0, VERSION]);
+const _: () = assert!(FLAGS_AT == 2);
 
 /// The little-endian `u32` at `at` of a base header.
 #[inline]

@@ -476,7 +476,7 @@ impl ShmRail {
         let mut total = 0;
         for (from, c) in &mut self.rx {
             for _ in 0..POLL_BUDGET {
-                match c.pop(|pkt| core.on_packet(rail, RxSlot(0), pkt, out)) {
+                match c.pop(|pkt| core.on_ring_packet(rail, pkt, out)) {
                     Ok(true) => total += 1,
                     Ok(false) => break,
                     Err(m) => {

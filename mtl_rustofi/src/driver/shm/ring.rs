@@ -162,19 +162,26 @@ fn stamp(pos: u64, len: u32) -> u64 {
 pub(crate) struct Consumer<C> {
     mem: C,
     tail: u64,
+    /// [`max_packet`] of the ring.
+    max_len: usize,
     /// Set once a malformed word was met: nothing more is read.
     broken: bool,
 }
 
 impl<C: Cells> Consumer<C> {
     pub(crate) fn new(mem: C) -> Self {
+        let count = mem.count();
+        assert!(count.is_power_of_two(), "a ring's cells are a power of two");
+        let max_len = max_packet(count);
+        // So that a length over `max_len` also tells a skip word.
         assert!(
-            mem.count().is_power_of_two(),
-            "a ring's cells are a power of two"
+            max_len < SKIP as usize,
+            "a ring's packets are shorter than SKIP"
         );
         Consumer {
             mem,
             tail: 0,
+            max_len,
             broken: false,
         }
     }
@@ -203,9 +210,11 @@ impl<C: Cells> Consumer<C> {
                 return Ok(false);
             }
         }
+        // A second skip word, or any other length no packet of this ring
+        // has (a skip's `len` is over `max_len`), is malformed.
         let len = w as u32;
         let n = cells(len as usize);
-        if len == SKIP || len as usize > max_packet(count) || n > count - at {
+        if len as usize > self.max_len || n > count - at {
             self.broken = true;
             return Err(Malformed { len, cell: at });
         }
