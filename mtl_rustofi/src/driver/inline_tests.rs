@@ -43,8 +43,10 @@ fn side(jobid: u32, rank: usize, my_name: u64) -> (ShmRail, Core) {
     (rail, core)
 }
 
-fn pair() -> (Side, Side) {
-    let jobid = 0xb1 << 24 | std::process::id() & 0xff_ffff;
+/// The two sides of a job whose id `tag` tells apart from those of the
+/// other tests running at the same time (each job has its own segment).
+fn pair(tag: u32) -> (Side, Side) {
+    let jobid = tag << 24 | std::process::id() & 0xff_ffff;
     let (mut ra, mut ca) = side(jobid, 0, 10);
     let (mut rb, mut cb) = side(jobid, 1, 11);
     let (na, nb) = (ra.name(), rb.name());
@@ -118,7 +120,7 @@ fn reuse(payloads: &mut [Vec<u8>], done: Vec<usize>, sent: &mut usize) {
 
 #[test]
 fn inline_sends_into_a_full_ring_are_queued_and_all_arrive_in_order() {
-    let (mut a, mut b) = pair();
+    let (mut a, mut b) = pair(0xb1);
     // 4,000 bytes and a 48-byte header take 64 cells: the 2,048-cell ring
     // holds 32 of them.
     const N: i32 = 100;
@@ -177,7 +179,7 @@ fn inline_sends_into_a_full_ring_are_queued_and_all_arrive_in_order() {
 
 #[test]
 fn short_inline_sends_of_every_length_fill_the_ring_and_arrive_intact() {
-    let (mut a, mut b) = pair();
+    let (mut a, mut b) = pair(0xb2);
     // Payloads of 0 to 9 bytes: up to 8 a packet takes one cell, written
     // in place; 9 takes two. 3,000 of them overfill the 2,048-cell ring.
     const N: usize = 3000;

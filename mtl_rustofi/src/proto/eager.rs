@@ -8,13 +8,15 @@
 
 use super::action::{Action, Event, InlineHead, Out, PostError, Status};
 use super::ids::{Cookie, FiAddr, PeerId, RailId, ReqId};
+use super::peers::Peer;
 use super::recv::PostedRecv;
 use super::txq::AfterSend;
-use super::{Core, CoreError, Stats};
+use super::{rail_bytes, Core, CoreError, Stats};
 use crate::config::Fault;
 use crate::matching::Envelope;
 use crate::usermem::UserBuf;
 use crate::wire::{self, EagerHead, Header, Kind};
+use std::sync::atomic::AtomicU64;
 
 /// Eager payloads at least this large are sent from the user's buffer
 /// where the rail needs no registered memory; smaller ones are copied,
@@ -75,6 +77,32 @@ pub(crate) struct InlineSend {
 }
 
 impl InlineSend {
+    /// The inline packet of `s` to `p`, from `sender`: takes the message's
+    /// sequence number and counts its bytes, the peer's and its rail's
+    /// (`rail_tx`).
+    #[inline]
+    fn take(s: &SendArgs, p: &mut Peer, rail_tx: &AtomicU64, sender: u64) -> InlineSend {
+        let n = (wire::BASE_LEN + s.buf.len()) as u64;
+        let head = EagerHead {
+            ctx: s.ctx,
+            src: s.src,
+            tag: s.tag,
+            seq: p.tx_seq,
+            sender,
+        };
+        p.tx_seq = p.tx_seq.wrapping_add(1);
+        p.tx_bytes = p.tx_bytes.wrapping_add(n);
+        Stats::bump(rail_tx, n);
+        InlineSend {
+            rail: p.rail,
+            peer: s.peer,
+            dest: p.addr,
+            head,
+            payload: s.buf,
+            req: s.req,
+        }
+    }
+
     /// The packet's header as it goes on the wire.
     pub(crate) fn encoded_head(&self) -> InlineHead {
         let mut head: InlineHead = [0; wire::BASE_LEN];
@@ -115,12 +143,10 @@ impl Core {
     /// no event will follow).
     pub(crate) fn send(&mut self, s: SendArgs, out: &mut Out) -> Result<Sent, CoreError> {
         self.flush_bundles(Some(s.peer), out);
-        if self.goes_inline_at_once(&s) {
-            let p = self.send_inline(s);
-            Self::count_eager(&self.stats, s.buf.len());
-            return Ok(Sent::Inline(p));
+        match self.inline_at_once(&s) {
+            Some(p) => Ok(Sent::Inline(p)),
+            None => self.send_or_defer(s, out),
         }
-        self.send_or_defer(s, out)
     }
 
     /// [`Core::send`] of a send that does not go inline at once.
@@ -137,29 +163,39 @@ impl Core {
         self.send_checked(s, out)
     }
 
-    /// Whether the send would pass [`Core::check_peer`] and flow control
-    /// and [`Core::send_checked`] would make it an inline packet with
-    /// nothing to do before it (no malformed packet to emit, no bundle to
-    /// fill or flush, no packet in flight to coalesce behind): the
-    /// commonest send to a same-host peer, decided with one look at the
-    /// peer and its rail.
+    /// The send's inline packet, made, if it would pass
+    /// [`Core::check_peer`] and flow control and [`Core::send_checked`]
+    /// would make it one with nothing to do before it (no malformed packet
+    /// to emit, no bundle to fill or flush, no packet in flight to coalesce
+    /// behind): the commonest send to a same-host peer, decided with one
+    /// look at the peer and its rail. `None` (and nothing done) otherwise.
     #[inline]
-    fn goes_inline_at_once(&self, s: &SendArgs) -> bool {
+    fn inline_at_once(&mut self, s: &SendArgs) -> Option<InlineSend> {
+        if s.sync || self.fault == Fault::BadPacket || self.send_must_wait(s) {
+            return None;
+        }
         let len = s.buf.len();
-        let Some(p) = self.peers.get(s.peer.index()) else {
-            return false;
-        };
+        let p = self.peers.get_mut(s.peer.index())?;
         let r = &self.rails[p.rail.index()];
-        r.profile.inline
-            && !s.sync
+        if !(r.profile.inline
             && wire::BASE_LEN + len <= r.profile.inject_size
             && len <= p.eager_limit
             && !p.lost
             && p.inflight == 0
             && p.bundle.is_none()
-            && r.retry.is_empty()
-            && self.fault != Fault::BadPacket
-            && !self.send_must_wait(s)
+            && r.retry.is_empty())
+        {
+            return None;
+        }
+        let sent = InlineSend::take(
+            s,
+            p,
+            rail_bytes(&self.stats, r.profile.kind, true),
+            self.cfg.my_name,
+        );
+        self.stall.moved = true;
+        Self::count_eager(&self.stats, len);
+        Some(sent)
     }
 
     /// Counts an eager message of `len` bytes sent.
@@ -250,31 +286,11 @@ impl Core {
     /// gap is filled).
     #[inline]
     fn send_inline(&mut self, s: SendArgs) -> InlineSend {
-        let n = wire::BASE_LEN + s.buf.len();
-        let rail = self.peers[s.peer.index()].rail;
-        let sent_bytes =
-            super::rail_bytes(&self.stats, self.rails[rail.index()].profile.kind, true);
         let p = &mut self.peers[s.peer.index()];
-        let head = EagerHead {
-            ctx: s.ctx,
-            src: s.src,
-            tag: s.tag,
-            seq: p.tx_seq,
-            sender: self.cfg.my_name,
-        };
-        p.tx_seq = p.tx_seq.wrapping_add(1);
-        p.tx_bytes = p.tx_bytes.wrapping_add(n as u64);
-        let dest = p.addr;
+        let rail_tx = rail_bytes(&self.stats, self.rails[p.rail.index()].profile.kind, true);
+        let sent = InlineSend::take(&s, p, rail_tx, self.cfg.my_name);
         self.stall.moved = true;
-        Stats::bump(sent_bytes, n as u64);
-        InlineSend {
-            rail,
-            peer: s.peer,
-            dest,
-            head,
-            payload: s.buf,
-            req: s.req,
-        }
+        sent
     }
 
     /// The driver could not take an inline packet (`_why`: its queue is
