@@ -41,8 +41,9 @@ pub(crate) const fn cells(len: usize) -> usize {
 ///
 /// # Safety
 /// `word(i)` must return the atomic first word of cell `i` for every
-/// `i < count()`, and `write`/`read` must reach the bytes of cells
-/// `[first, first + cells(len))` after the first cell's word, in order.
+/// `i < count()`, `write`/`read` must reach the bytes of cells
+/// `[first, first + cells(len))` after the first cell's word, in order,
+/// and `write_cell` the bytes of its cell after the word.
 pub(crate) unsafe trait Cells {
     fn count(&self) -> usize;
     fn word(&self, cell: usize) -> &AtomicU64;
