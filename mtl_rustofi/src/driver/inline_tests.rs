@@ -43,8 +43,10 @@ fn side(jobid: u32, rank: usize, my_name: u64) -> (ShmRail, Core) {
     (rail, core)
 }
 
-fn pair() -> (Side, Side) {
-    let jobid = 0xb1 << 24 | std::process::id() & 0xff_ffff;
+/// The two sides of a job whose id `tag` tells apart from those of the
+/// other tests running at the same time (each job has its own segment).
+fn pair(tag: u32) -> (Side, Side) {
+    let jobid = tag << 24 | std::process::id() & 0xff_ffff;
     let (mut ra, mut ca) = side(jobid, 0, 10);
     let (mut rb, mut cb) = side(jobid, 1, 11);
     let (na, nb) = (ra.name(), rb.name());
@@ -118,7 +120,7 @@ fn reuse(payloads: &mut [Vec<u8>], done: Vec<usize>, sent: &mut usize) {
 
 #[test]
 fn inline_sends_into_a_full_ring_are_queued_and_all_arrive_in_order() {
-    let (mut a, mut b) = pair();
+    let (mut a, mut b) = pair(0xb1);
     // 4,000 bytes and a 48-byte header take 64 cells: the 2,048-cell ring
     // holds 32 of them.
     const N: i32 = 100;
@@ -170,6 +172,65 @@ fn inline_sends_into_a_full_ring_are_queued_and_all_arrive_in_order() {
     assert_eq!(sent, N as usize, "every send completed");
     for (i, buf) in bufs.iter().enumerate() {
         assert!(buf.iter().all(|&x| x == i as u8), "message {i} intact");
+    }
+    assert!(!a.core.busy(), "nothing left queued");
+    assert_eq!(Stats::get(&b.core.stats().errors), 0);
+}
+
+#[test]
+fn short_inline_sends_of_every_length_fill_the_ring_and_arrive_intact() {
+    let (mut a, mut b) = pair(0xb2);
+    // Payloads of 0 to 9 bytes: up to 8 a packet takes one cell, written
+    // in place; 9 takes two. 3,000 of them overfill the 2,048-cell ring.
+    const N: usize = 3000;
+    let body = |i: usize| -> Vec<u8> { (0..i % 10).map(|k| (i * 7 + k) as u8).collect() };
+    let mut payloads: Vec<Vec<u8>> = (0..N).map(body).collect();
+    let mut sent = 0;
+    for i in 0..N {
+        for tag in send(&mut a, &mut payloads[i], i as i32) {
+            // The buffer is the caller's again: a late read would see this.
+            payloads[tag].fill(0xee);
+            sent += 1;
+        }
+    }
+    assert!(sent < N, "the ring filled: {sent} sends done at once");
+    let mut bufs: Vec<Vec<u8>> = (0..N).map(|_| vec![0u8; 16]).collect();
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        // SAFETY: each buffer outlives the core's use of it (the receive
+        // completes within this test, and `bufs` lives to its end).
+        let ub = unsafe { UserBuf::new(buf.as_mut_ptr(), buf.len()) };
+        let sel = Selector {
+            ctx: 1,
+            src: Source::Rank(0),
+            tag: Tag::Any,
+        };
+        let _ = b.core.recv(sel, None, ub, ReqId(10_000 + i), &mut b.out);
+    }
+    let mut got = Vec::new();
+    for _ in 0..1000 {
+        b.driver.poll(&mut b.core, &mut b.out);
+        for e in b.out.events.drain(..) {
+            if let Event::Recv {
+                tag, status, bytes, ..
+            } = e
+            {
+                assert_eq!(status, Status::Ok);
+                got.push((tag, bytes));
+            }
+        }
+        a.core.tick(&mut a.out);
+        a.driver.execute(&mut a.core, &mut a.out);
+        a.driver.poll(&mut a.core, &mut a.out);
+        sent += sends_done(&mut a).len();
+        if got.len() == N && sent == N {
+            break;
+        }
+    }
+    let want: Vec<(i32, usize)> = (0..N).map(|i| (i as i32, i % 10)).collect();
+    assert_eq!(got, want, "each once, in order, of its length");
+    assert_eq!(sent, N, "every send completed");
+    for (i, buf) in bufs.iter().enumerate() {
+        assert_eq!(&buf[..i % 10], &body(i)[..], "message {i} intact");
     }
     assert!(!a.core.busy(), "nothing left queued");
     assert_eq!(Stats::get(&b.core.stats().errors), 0);

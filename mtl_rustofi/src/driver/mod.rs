@@ -363,11 +363,16 @@ impl Driver {
     pub(crate) fn send_inline(&mut self, p: InlineSend, core: &mut Core, out: &mut Out) {
         debug_assert!(out.actions.is_empty(), "actions queued before it go first");
         match self.local.as_mut() {
-            Some(l) if self.local_id == p.rail.0 => {
-                l.send_inline_or_refuse(p.rail, p.peer, p.dest, &p.head, p.payload, core, out)
-            }
+            Some(l) if self.local_id == p.rail.0 => l.send_direct_or_refuse(p, core, out),
             // Only the own ring sends inline (its profile says so).
-            _ => core.on_inline_refused(p.rail, p.peer, &p.head, p.payload, PostError::Again, out),
+            _ => core.on_inline_refused(
+                p.rail,
+                p.peer,
+                &p.encoded_head(),
+                p.payload,
+                PostError::Again,
+                out,
+            ),
         }
         // A refused packet's actions.
         if !out.actions.is_empty() {

@@ -8,13 +8,15 @@
 
 use super::action::{Action, Event, InlineHead, Out, PostError, Status};
 use super::ids::{Cookie, FiAddr, PeerId, RailId, ReqId};
+use super::peers::Peer;
 use super::recv::PostedRecv;
 use super::txq::AfterSend;
-use super::{Core, CoreError, Stats};
+use super::{rail_bytes, Core, CoreError, Stats};
 use crate::config::Fault;
 use crate::matching::Envelope;
 use crate::usermem::UserBuf;
-use crate::wire::{self, Header, Kind};
+use crate::wire::{self, EagerHead, Header, Kind};
+use std::sync::atomic::AtomicU64;
 
 /// Eager payloads at least this large are sent from the user's buffer
 /// where the rail needs no registered memory; smaller ones are copied,
@@ -68,12 +70,46 @@ pub(crate) struct InlineSend {
     pub(crate) rail: RailId,
     pub(crate) peer: PeerId,
     pub(crate) dest: FiAddr,
-    pub(crate) head: InlineHead,
+    /// Its header, encoded by whoever writes the packet.
+    pub(crate) head: EagerHead,
     pub(crate) payload: UserBuf,
     pub(crate) req: ReqId,
 }
 
 impl InlineSend {
+    /// The inline packet of `s` to `p`, from `sender`: takes the message's
+    /// sequence number and counts its bytes, the peer's and its rail's
+    /// (`rail_tx`).
+    #[inline]
+    fn take(s: &SendArgs, p: &mut Peer, rail_tx: &AtomicU64, sender: u64) -> InlineSend {
+        let n = (wire::BASE_LEN + s.buf.len()) as u64;
+        let head = EagerHead {
+            ctx: s.ctx,
+            src: s.src,
+            tag: s.tag,
+            seq: p.tx_seq,
+            sender,
+        };
+        p.tx_seq = p.tx_seq.wrapping_add(1);
+        p.tx_bytes = p.tx_bytes.wrapping_add(n);
+        Stats::bump(rail_tx, n);
+        InlineSend {
+            rail: p.rail,
+            peer: s.peer,
+            dest: p.addr,
+            head,
+            payload: s.buf,
+            req: s.req,
+        }
+    }
+
+    /// The packet's header as it goes on the wire.
+    pub(crate) fn encoded_head(&self) -> InlineHead {
+        let mut head: InlineHead = [0; wire::BASE_LEN];
+        self.head.encode(self.payload.len(), &mut head);
+        head
+    }
+
     /// The packet as an action and its send's completion, for a caller
     /// that executes `Out` in one pass (what the core does for sends it
     /// starts by itself).
@@ -82,7 +118,7 @@ impl InlineSend {
             rail: self.rail,
             peer: self.peer,
             dest: self.dest,
-            head: self.head,
+            head: self.encoded_head(),
             payload: self.payload,
         });
         out.events.push(Event::Send {
@@ -107,6 +143,15 @@ impl Core {
     /// no event will follow).
     pub(crate) fn send(&mut self, s: SendArgs, out: &mut Out) -> Result<Sent, CoreError> {
         self.flush_bundles(Some(s.peer), out);
+        match self.inline_at_once(&s) {
+            Some(p) => Ok(Sent::Inline(p)),
+            None => self.send_or_defer(s, out),
+        }
+    }
+
+    /// [`Core::send`] of a send that does not go inline at once.
+    #[inline(never)]
+    fn send_or_defer(&mut self, s: SendArgs, out: &mut Out) -> Result<Sent, CoreError> {
         self.check_peer(s.peer)?;
         if self.send_must_wait(&s) {
             if s.buf.len() > self.peers[s.peer.index()].eager_limit {
@@ -116,6 +161,49 @@ impl Core {
             return Ok(Sent::Out);
         }
         self.send_checked(s, out)
+    }
+
+    /// The send's inline packet, made, if it would pass
+    /// [`Core::check_peer`] and flow control and [`Core::send_checked`]
+    /// would make it one with nothing to do before it (no malformed packet
+    /// to emit, no bundle to fill or flush, no packet in flight to coalesce
+    /// behind): the commonest send to a same-host peer, decided with one
+    /// look at the peer and its rail. `None` (and nothing done) otherwise.
+    #[inline]
+    fn inline_at_once(&mut self, s: &SendArgs) -> Option<InlineSend> {
+        if s.sync || self.fault == Fault::BadPacket || self.send_must_wait(s) {
+            return None;
+        }
+        let len = s.buf.len();
+        let p = self.peers.get_mut(s.peer.index())?;
+        let r = &self.rails[p.rail.index()];
+        if !(r.profile.inline
+            && wire::BASE_LEN + len <= r.profile.inject_size
+            && len <= p.eager_limit
+            && !p.lost
+            && p.inflight == 0
+            && p.bundle.is_none()
+            && r.retry.is_empty())
+        {
+            return None;
+        }
+        let sent = InlineSend::take(
+            s,
+            p,
+            rail_bytes(&self.stats, r.profile.kind, true),
+            self.cfg.my_name,
+        );
+        self.stall.moved = true;
+        Self::count_eager(&self.stats, len);
+        Some(sent)
+    }
+
+    /// Counts an eager message of `len` bytes sent.
+    #[inline]
+    fn count_eager(stats: &Stats, len: usize) {
+        Stats::bump(&stats.sent_msgs, 1);
+        Stats::bump(&stats.sent_bytes, len as u64);
+        Stats::bump(&stats.eager, 1);
     }
 
     /// Starts a send that flow control let through.
@@ -132,9 +220,7 @@ impl Core {
         if len > p.eager_limit {
             return self.start_rndv_send(s, out).map(|()| Sent::Out);
         }
-        Stats::bump(&self.stats.sent_msgs, 1);
-        Stats::bump(&self.stats.sent_bytes, len as u64);
-        Stats::bump(&self.stats.eager, 1);
+        Self::count_eager(&self.stats, len);
         if self.fault == Fault::BadPacket {
             self.fault = Fault::None;
             let mut b = self.take_tx(rail, out);
@@ -157,7 +243,7 @@ impl Core {
             && wire::BASE_LEN + len <= r.profile.inject_size
             && r.retry.is_empty()
         {
-            return Ok(Sent::Inline(self.send_inline(s, rail)));
+            return Ok(Sent::Inline(self.send_inline(s)));
         }
         let mut hdr = self.matchable_header(s.peer, Kind::Eager, s.ctx, s.src, s.tag, len);
         let need = hdr.wire_len() + if zero_copy { 0 } else { len };
@@ -199,24 +285,12 @@ impl Core {
     /// still go after it; the receiver's order check holds it until the
     /// gap is filled).
     #[inline]
-    fn send_inline(&mut self, s: SendArgs, rail: RailId) -> InlineSend {
-        let len = s.buf.len();
-        let hdr = self.matchable_header(s.peer, Kind::Eager, s.ctx, s.src, s.tag, len);
-        let mut head: InlineHead = [0; wire::BASE_LEN];
-        hdr.encode_base(&mut head);
+    fn send_inline(&mut self, s: SendArgs) -> InlineSend {
         let p = &mut self.peers[s.peer.index()];
-        p.tx_bytes = p.tx_bytes.wrapping_add((wire::BASE_LEN + len) as u64);
-        let dest = p.addr;
-        self.count_rail_bytes(rail, true, wire::BASE_LEN + len);
+        let rail_tx = rail_bytes(&self.stats, self.rails[p.rail.index()].profile.kind, true);
+        let sent = InlineSend::take(&s, p, rail_tx, self.cfg.my_name);
         self.stall.moved = true;
-        InlineSend {
-            rail,
-            peer: s.peer,
-            dest,
-            head,
-            payload: s.buf,
-            req: s.req,
-        }
+        sent
     }
 
     /// The driver could not take an inline packet (`_why`: its queue is

@@ -153,8 +153,22 @@ impl Core {
 
     /// Whether a send to `s.peer` must wait: others wait before it, or the
     /// largest buffer it could take does not fit.
+    #[inline(always)]
     pub(super) fn send_must_wait(&self, s: &SendArgs) -> bool {
-        self.flow.has_deferred(s.peer) || !self.flow.fits(s.peer, self.full_cost(s.peer))
+        let (held, deferred) = self
+            .flow
+            .peers
+            .get(s.peer.index())
+            .map_or((0, false), |f| (f.held, !f.deferred.is_empty()));
+        // While nothing is charged, to the peer or at all, any send fits
+        // (see `Flow::fits`): no cost to look up.
+        deferred || ((held != 0 || self.flow.total != 0) && !self.largest_send_fits(s.peer))
+    }
+
+    /// Whether the largest buffer a send to `peer` may take fits.
+    #[inline(never)]
+    fn largest_send_fits(&self, peer: PeerId) -> bool {
+        self.flow.fits(peer, self.full_cost(peer))
     }
 
     /// Puts a send in its peer's queue; it starts when room is made.

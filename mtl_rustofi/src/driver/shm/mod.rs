@@ -27,8 +27,8 @@ pub(crate) mod segment;
 use crate::config::{RndvProtocol, Settings};
 use crate::proto::action::InlineHead;
 use crate::proto::ids::{FiAddr, PeerId, RailId, RxSlot};
-use crate::proto::{Action, Core, Out, PostError, Posted, RailProfile};
-use crate::usermem::Region;
+use crate::proto::{Action, Core, InlineSend, Out, PostError, Posted, RailProfile};
+use crate::usermem::{Region, UserBuf};
 use crate::wire::{self, RailKind};
 pub(crate) use reads::{execute_reads, local_read};
 use ring::{Consumer, Producer, Raw};
@@ -138,6 +138,53 @@ impl Addr {
     }
 }
 
+/// The largest payload of an inline packet that fits one cell with its
+/// header (an 8-byte message's).
+const SHORT: usize = ring::CELL - ring::WORD - wire::BASE_LEN;
+
+/// Copies the `n` (at most [`SHORT`]) bytes at `src` to the front of
+/// `dst` with a few loads and stores, where a call to `memcpy` would cost
+/// more than the copy.
+///
+/// # Safety
+/// `src` must be readable for `n` bytes; it may be null if `n` is 0.
+#[inline(always)]
+unsafe fn copy_short(src: *const u8, n: usize, dst: &mut [u8]) {
+    const _: () = assert!(SHORT == 8);
+    let dst: &mut [u8; SHORT] = dst.try_into().expect("the rest of a cell");
+    if n == 8 {
+        // SAFETY: `src` holds 8 readable bytes (the caller's contract).
+        *dst = unsafe { std::ptr::read_unaligned(src as *const [u8; 8]) };
+    } else if n >= 4 {
+        // Two overlapping words cover 4 to 7 bytes.
+        // SAFETY: both words lie within the `n` bytes at `src`.
+        let (a, b) = unsafe {
+            (
+                std::ptr::read_unaligned(src as *const [u8; 4]),
+                std::ptr::read_unaligned(src.add(n - 4) as *const [u8; 4]),
+            )
+        };
+        dst[..4].copy_from_slice(&a);
+        dst[n - 4..n].copy_from_slice(&b);
+    } else if n > 0 {
+        // The first, middle and last byte cover 1 to 3 bytes.
+        // SAFETY: the three bytes lie within the `n` bytes at `src`.
+        let (a, m, z) = unsafe { (*src, *src.add(n / 2), *src.add(n - 1)) };
+        dst[0] = a;
+        dst[n / 2] = m;
+        dst[n - 1] = z;
+    }
+}
+
+/// Maps in the rings between `me` and `peer` (both directions: a peer
+/// sent this much mostly answers). A failure only leaves the pages to
+/// fault in as they are reached.
+#[cold]
+#[inline(never)]
+fn prime_pair(seg: &Segment, me: usize, peer: usize) {
+    let _ = seg.prime(me, peer) && seg.prime(peer, me);
+}
+
 /// A peer this rail reaches.
 struct Peer {
     pid: u32,
@@ -152,6 +199,29 @@ struct Peer {
     /// whole ring's memory (256 KiB a pair); one that exchanges a few
     /// messages touches a page or two, as before.
     primed: bool,
+}
+
+impl Peer {
+    /// What became of a packet pushed into its ring.
+    #[inline]
+    fn pushed(&mut self, r: Result<(), ring::Full>) -> Result<(), PostError> {
+        match r {
+            Ok(()) => {
+                self.full = 0;
+                Ok(())
+            }
+            Err(ring::Full) => {
+                // A full ring is normal back-pressure, but a reader that
+                // died never empties it: look (a system call) now and then.
+                self.full += 1;
+                if self.full.is_multiple_of(4096) && cma::gone(self.pid) {
+                    self.gone = true;
+                    return Err(PostError::Hard(-libc::EPIPE));
+                }
+                Err(PostError::Again)
+            }
+        }
+    }
 }
 
 pub(crate) struct ShmRail {
@@ -386,6 +456,15 @@ impl ShmRail {
     /// Writes one packet made of `parts` into the peer's ring.
     #[inline]
     fn push(&mut self, dest: FiAddr, parts: &[&[u8]]) -> Result<(), PostError> {
+        let p = self.sending_to(dest)?;
+        let r = p.tx.push(parts);
+        p.pushed(r)
+    }
+
+    /// The peer a packet to `dest` goes to, if it can take one; maps its
+    /// rings in once it has been sent a page of cells.
+    #[inline(always)]
+    fn sending_to(&mut self, dest: FiAddr) -> Result<&mut Peer, PostError> {
         let Some(p) = self.peers.get_mut(dest.0 as usize).and_then(Option::as_mut) else {
             return Err(PostError::Hard(-libc::EINVAL));
         };
@@ -394,27 +473,20 @@ impl ShmRail {
         }
         if !p.primed && p.tx.written() >= PRIME_AFTER {
             p.primed = true;
-            // Both directions: a peer sent this much mostly answers. A
-            // failure only leaves the pages to fault in as they are
-            // reached.
-            let (me, peer) = (self.job.rank, dest.0 as usize);
-            let _ = self.seg.prime(me, peer) && self.seg.prime(peer, me);
+            prime_pair(&self.seg, self.job.rank, dest.0 as usize);
         }
-        match p.tx.push(parts) {
-            Ok(()) => {
-                p.full = 0;
-                Ok(())
-            }
-            Err(ring::Full) => {
-                // A full ring is normal back-pressure, but a reader that
-                // died never empties it: look (a system call) now and then.
-                p.full += 1;
-                if p.full % 4096 == 0 && cma::gone(p.pid) {
-                    p.gone = true;
-                    return Err(PostError::Hard(-libc::EPIPE));
-                }
-                Err(PostError::Again)
-            }
+        Ok(p)
+    }
+
+    /// Copies an inline packet that the core handed back from a send
+    /// ([`InlineSend`]) into the peer's ring, its header encoded in place;
+    /// or hands it back to the core, which sends it as an ordinary packet
+    /// (queued behind whatever the ring refused before).
+    #[inline]
+    pub(crate) fn send_direct_or_refuse(&mut self, p: InlineSend, core: &mut Core, out: &mut Out) {
+        let len = p.payload.len();
+        if let Err(e) = self.send_inline(p.dest, |h| p.head.encode(len, h), p.payload) {
+            core.on_inline_refused(p.rail, p.peer, &p.encoded_head(), p.payload, e, out);
         }
     }
 
@@ -429,36 +501,50 @@ impl ShmRail {
         peer: PeerId,
         dest: FiAddr,
         head: &InlineHead,
-        payload: crate::usermem::UserBuf,
+        payload: UserBuf,
         core: &mut Core,
         out: &mut Out,
     ) {
-        if let Err(e) = self.send_inline(dest, head, payload) {
+        if let Err(e) = self.send_inline(dest, |h| *h = *head, payload) {
             core.on_inline_refused(rail, peer, head, payload, e, out);
         }
     }
 
-    /// Copies an inline packet (header, then the user's payload) into the
-    /// peer's ring.
+    /// Copies an inline packet (the header `encode` writes, then the
+    /// user's payload) into the peer's ring. A packet that fits one cell
+    /// (an eager message of up to [`SHORT`] bytes) is written there
+    /// directly, header and payload without a call to `memcpy`.
     #[inline]
     fn send_inline(
         &mut self,
         dest: FiAddr,
-        head: &[u8],
-        payload: crate::usermem::UserBuf,
+        encode: impl FnOnce(&mut InlineHead),
+        payload: UserBuf,
     ) -> Result<(), PostError> {
         let r = payload.region();
-        if r.len == 0 {
-            // An empty send's pointer may be null.
-            return self.push(dest, &[head]);
-        }
-        // SAFETY: a `UserBuf` is readable for its length while its request
-        // lives, which it does until this returns: the send's completion
-        // reaches MPI only after the driver has executed the action (see
-        // `Action::SendInline`) or, on the engine's direct path, after
-        // `Driver::send_inline` has returned. The slice is dropped first.
-        let body = unsafe { std::slice::from_raw_parts(r.addr as *const u8, r.len) };
-        self.push(dest, &[head, body])
+        let p = self.sending_to(dest)?;
+        let pushed = if r.len <= SHORT {
+            p.tx.push_cell(wire::BASE_LEN + r.len, |cell| {
+                let (head, body) = cell.split_at_mut(wire::BASE_LEN);
+                encode(head.try_into().expect("a header's bytes"));
+                // SAFETY: a `UserBuf` is readable for its length while its
+                // request lives, which it does until this returns (see
+                // below); an empty one is not read.
+                unsafe { copy_short(r.addr as *const u8, r.len, body) };
+            })
+        } else {
+            let mut head = [0; wire::BASE_LEN];
+            encode(&mut head);
+            // SAFETY: a `UserBuf` is readable for its length while its
+            // request lives, which it does until this returns: the send's
+            // completion reaches MPI only after the driver has executed the
+            // action (see `Action::SendInline`) or, on the engine's direct
+            // path, after `Driver::send_inline` has returned. The slice is
+            // dropped first.
+            let body = unsafe { std::slice::from_raw_parts(r.addr as *const u8, r.len) };
+            p.tx.push(&[&head, body])
+        };
+        p.pushed(pushed)
     }
 
     /// The key a peer reads a registered buffer of ours with: our pid.
@@ -595,5 +681,22 @@ mod addr_tests {
         };
         assert_eq!(Addr::decode(&a.encode()), Some(a));
         assert_eq!(Addr::decode(&a.encode()[..23]), None);
+    }
+
+    #[test]
+    fn a_short_copy_copies_exactly_its_bytes() {
+        let src: Vec<u8> = (1..=SHORT as u8).collect();
+        for n in 0..=SHORT {
+            let mut dst = [0xee; SHORT];
+            let from = if n == 0 {
+                std::ptr::null()
+            } else {
+                src.as_ptr()
+            };
+            // SAFETY: `src` holds `SHORT >= n` bytes; none is read for 0.
+            unsafe { copy_short(from, n, &mut dst) };
+            assert_eq!(&dst[..n], &src[..n], "{n} bytes");
+            assert!(dst[n..].iter().all(|&b| b == 0xee), "{n} bytes: no more");
+        }
     }
 }

@@ -25,7 +25,7 @@ use crate::sync::{AtomicU64, Ordering};
 /// Bytes per cell (a cache line).
 pub(crate) const CELL: usize = 64;
 /// Bytes of the header word.
-const WORD: usize = 8;
+pub(crate) const WORD: usize = 8;
 /// `len` of a skip word: the rest of the ring up to its end is unused.
 const SKIP: u32 = u32::MAX;
 
@@ -41,8 +41,9 @@ pub(crate) const fn cells(len: usize) -> usize {
 ///
 /// # Safety
 /// `word(i)` must return the atomic first word of cell `i` for every
-/// `i < count()`, and `write`/`read` must reach the bytes of cells
-/// `[first, first + cells(len))` after the first cell's word, in order.
+/// `i < count()`, `write`/`read` must reach the bytes of cells
+/// `[first, first + cells(len))` after the first cell's word, in order,
+/// and `write_cell` the bytes of its cell after the word.
 pub(crate) unsafe trait Cells {
     fn count(&self) -> usize;
     fn word(&self, cell: usize) -> &AtomicU64;
@@ -52,6 +53,12 @@ pub(crate) unsafe trait Cells {
     /// # Safety
     /// The cells must be the producer's (free, per the ring protocol).
     unsafe fn write(&self, cell: usize, parts: &[&[u8]]);
+    /// Hands the bytes of the cell at `cell` after its header word to
+    /// `fill`, which writes a packet that fits there.
+    ///
+    /// # Safety
+    /// The cell must be the producer's (free, per the ring protocol).
+    unsafe fn write_cell(&self, cell: usize, fill: impl FnOnce(&mut [u8; CELL - WORD]));
     /// Hands the `len` bytes of the packet at `cell` to `f`.
     ///
     /// # Safety
@@ -143,6 +150,36 @@ impl<C: Cells> Producer<C> {
             .word(at)
             .store(stamp(self.head, len as u32), Ordering::Release);
         self.head += n as u64;
+        Ok(())
+    }
+
+    /// Appends one packet of `len` bytes (at most `CELL - WORD`: it fits
+    /// one cell, which never needs a skip word before it), written into
+    /// the cell by `fill`; the same as [`Producer::push`] of those bytes,
+    /// without the walk over parts and the check for the ring's end.
+    #[inline]
+    pub(crate) fn push_cell(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8; CELL - WORD]),
+    ) -> Result<(), Full> {
+        let count = self.mem.count();
+        debug_assert!(len > 0 && len <= CELL - WORD && len <= max_packet(count));
+        if self.head - self.tail_seen >= count as u64 {
+            self.tail_seen = self.mem.tail().load(Ordering::Acquire);
+            if self.head - self.tail_seen >= count as u64 {
+                return Err(Full);
+            }
+        }
+        let at = cell_of(self.head, count);
+        // SAFETY: the cell at `head` lies below tail + count, so the
+        // consumer has released it (acquire load of tail above, or an
+        // earlier one covering it).
+        unsafe { self.mem.write_cell(at, fill) };
+        self.mem
+            .word(at)
+            .store(stamp(self.head, len as u32), Ordering::Release);
+        self.head += 1;
         Ok(())
     }
 
@@ -317,6 +354,15 @@ unsafe impl Cells for Raw {
     }
 
     #[inline]
+    unsafe fn write_cell(&self, cell: usize, fill: impl FnOnce(&mut [u8; CELL - WORD])) {
+        // SAFETY: the caller owns the cell, which lies within the mapping;
+        // the consumer reads none of its bytes until the producer's
+        // release store of its header word, after `fill` returns, so the
+        // reference is the only access meanwhile.
+        fill(unsafe { &mut *(self.base.add(cell * CELL + WORD) as *mut [u8; CELL - WORD]) })
+    }
+
+    #[inline]
     unsafe fn read<R>(&self, cell: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
         // SAFETY: the caller holds the published packet, within the
         // mapping; the producer does not touch it until released.
@@ -381,6 +427,13 @@ pub(crate) mod heap {
                     unsafe { (*d)[off % CELL] = *b }
                 });
             }
+        }
+        unsafe fn write_cell(&self, cell: usize, fill: impl FnOnce(&mut [u8; CELL - WORD])) {
+            self.data[cell].with_mut(|d| {
+                // SAFETY: the cell is the producer's (as in `write`).
+                let d = unsafe { &mut *d };
+                fill((&mut d[WORD..]).try_into().expect("a cell's bytes"))
+            });
         }
         unsafe fn read<R>(&self, cell: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
             let start = cell * CELL + WORD;
@@ -474,6 +527,39 @@ mod tests {
     }
 
     #[test]
+    fn one_cell_packets_mix_with_others_and_a_full_ring_refuses_them() {
+        let (mut p, mut c) = ring(16);
+        let cell = |v: u8, n: usize| move |b: &mut [u8; CELL - WORD]| b[..n].fill(v);
+        let mut want = Vec::new();
+        for i in 0..200u8 {
+            // One cell, then a packet of 3 cells that meets the ring's
+            // end now and then and goes after a skip word.
+            let n = 1 + i as usize % (CELL - WORD);
+            p.push_cell(n, cell(i, n)).unwrap();
+            p.push(&[&[!i; 150]]).unwrap();
+            want.push(vec![i; n]);
+            want.push(vec![!i; 150]);
+            while let Some(got) = pop_vec(&mut c) {
+                assert_eq!(got, want.remove(0));
+            }
+        }
+        // Full: 16 one-cell packets, then a refusal that writes nothing.
+        for i in 0..16u8 {
+            p.push_cell(CELL - WORD, cell(i, CELL - WORD)).unwrap();
+        }
+        assert_eq!(
+            p.push_cell(1, |_| panic!("a full ring is not written")),
+            Err(Full)
+        );
+        for i in 0..16u8 {
+            assert_eq!(pop_vec(&mut c), Some(vec![i; CELL - WORD]));
+        }
+        assert_eq!(pop_vec(&mut c), None);
+        p.push_cell(3, cell(7, 3)).unwrap();
+        assert_eq!(pop_vec(&mut c), Some(vec![7; 3]));
+    }
+
+    #[test]
     fn threads_stream_through_a_small_ring() {
         let (mut p, mut c) = ring(32);
         let n = 20_000u32;
@@ -521,6 +607,44 @@ mod loom_tests {
             let t = loom::thread::spawn(move || {
                 for (i, &len) in sizes.iter().enumerate() {
                     while p.push(&[&vec![i as u8 + 1; len]]).is_err() {
+                        loom::thread::yield_now();
+                    }
+                }
+            });
+            let mut got = Vec::new();
+            while got.len() < sizes.len() {
+                let mut pkt = None;
+                if c.pop(|b| pkt = Some(b.to_vec())).unwrap() {
+                    got.push(pkt.unwrap());
+                } else {
+                    loom::thread::yield_now();
+                }
+            }
+            t.join().unwrap();
+            for (i, (g, &len)) in got.iter().zip(&sizes).enumerate() {
+                assert_eq!(g, &vec![i as u8 + 1; len]);
+            }
+        });
+    }
+
+    /// One-cell packets ([`super::Producer::push_cell`]) after two of two
+    /// cells through a ring of 4: the third reuses the first lap's first
+    /// cell once the consumer has released it, and arrives whole.
+    #[test]
+    fn one_cell_packets_reuse_released_cells() {
+        loom::model(|| {
+            let (mut p, mut c) = ring(4);
+            let sizes = [100usize, 100, 30];
+            let t = loom::thread::spawn(move || {
+                for (i, &len) in sizes.iter().enumerate() {
+                    let v = i as u8 + 1;
+                    while if len <= super::CELL - super::WORD {
+                        p.push_cell(len, |b| b[..len].fill(v))
+                    } else {
+                        p.push(&[&vec![v; len]])
+                    }
+                    .is_err()
+                    {
                         loom::thread::yield_now();
                     }
                 }
