@@ -177,6 +177,44 @@ fn hash<K: Hash>(key: &K) -> u64 {
     KeyHash.hash_one(key)
 }
 
+/// The bucket number and slot of `key` in `table`, inserted with a
+/// container from `spare` (or a new one) if it is not there. Out of line:
+/// [`Bins::get_or_insert`] comes here only when the remembered bucket
+/// holds another key.
+#[inline(never)]
+fn find_or_insert<'t, K: Copy + Eq + Hash, C: Container>(
+    table: &'t mut HashTable<Slot<K, C>>,
+    spare: &mut Vec<C>,
+    key: K,
+) -> (usize, &'t mut Slot<K, C>) {
+    let n = match table.find_bucket_index(hash(&key), |s| s.key == key) {
+        Some(n) => n,
+        None => insert(table, spare, key),
+    };
+    let slot = table
+        .get_bucket_mut(n)
+        .expect("the bucket just found or inserted");
+    (n, slot)
+}
+
+/// Inserts `key` with a container from `spare` (or a new one); returns
+/// its bucket number.
+#[cold]
+fn insert<K: Copy + Hash, C: Container>(
+    table: &mut HashTable<Slot<K, C>>,
+    spare: &mut Vec<C>,
+    key: K,
+) -> usize {
+    let slot = Slot {
+        key,
+        c: spare.pop().unwrap_or_default(),
+        parked: false,
+    };
+    table
+        .insert_unique(hash(&key), slot, |s| hash(&s.key))
+        .bucket_index()
+}
+
 impl<K: Copy + Eq + Hash, C: Container> Bins<K, C> {
     pub(super) fn new() -> Self {
         Bins {
@@ -185,14 +223,6 @@ impl<K: Copy + Eq + Hash, C: Container> Bins<K, C> {
             parked: VecDeque::new(),
             spare: Vec::new(),
         }
-    }
-
-    /// Whether the remembered bucket holds `key`.
-    #[inline(always)]
-    fn last_is(&self, key: &K) -> bool {
-        self.table
-            .get_bucket(self.last)
-            .is_some_and(|s| s.key == *key)
     }
 
     #[inline(always)]
@@ -220,32 +250,17 @@ impl<K: Copy + Eq + Hash, C: Container> Bins<K, C> {
 
     /// The container of `key`, created (from the spare list if it can) if
     /// there is none.
-    #[inline]
+    #[inline(always)]
     pub(super) fn get_or_insert(&mut self, key: K) -> &mut C {
-        if !self.last_is(&key) {
-            self.last = match self.table.find_bucket_index(hash(&key), |s| s.key == key) {
-                Some(n) => n,
-                None => self.insert(key),
-            };
-        }
-        // Bucket `last` was just found or made occupied.
-        &mut self
-            .table
-            .get_bucket_mut(self.last)
-            .expect("the bucket just found or inserted")
-            .c
-    }
-
-    #[cold]
-    fn insert(&mut self, key: K) -> usize {
-        let slot = Slot {
-            key,
-            c: self.spare.pop().unwrap_or_default(),
-            parked: false,
+        // The remembered bucket is checked once, as in `get_mut`.
+        let table = match self.table.get_bucket_entry(self.last) {
+            Ok(e) if e.get().key == key => return &mut e.into_mut().c,
+            Ok(e) => e.into_table(),
+            Err(absent) => absent.into_table(),
         };
-        self.table
-            .insert_unique(hash(&key), slot, |s| hash(&s.key))
-            .bucket_index()
+        let (last, slot) = find_or_insert(table, &mut self.spare, key);
+        self.last = last;
+        &mut slot.c
     }
 
     /// Records that the container of `key` is empty (after

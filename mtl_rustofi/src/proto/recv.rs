@@ -70,19 +70,32 @@ impl Core {
             Some(p) if p.index() < self.peers.len() => (Some(p), self.peers[p.index()].lost),
             _ => (None, false),
         };
-        let id = match self.matcher.post(sel, PostedRecv { req, buf, from }) {
-            Ok((p, env, u)) => {
-                self.unqueue_unexpected(&u);
-                self.deliver(p, env, u, out);
-                return None;
-            }
-            Err(id) => id,
+        // With nothing unexpected queued (the common case) the receive is
+        // queued at once; the match against the unexpected queue, with its
+        // large result, is made out of line.
+        let id = match self.matcher.try_queue(sel, PostedRecv { req, buf, from }) {
+            Ok(id) => id,
+            Err(p) => self.post_or_match(sel, p, out)?,
         };
         self.stats.posted_now.up(1);
         if lost {
             self.fail_posted(id, &sel, out);
         }
         Some(id)
+    }
+
+    /// [`Self::recv`]'s post while unexpected messages are queued: a match
+    /// is delivered (None), else the receive is queued.
+    #[inline(never)]
+    fn post_or_match(&mut self, sel: Selector, p: PostedRecv, out: &mut Out) -> Option<PostId> {
+        match self.matcher.post(sel, p) {
+            Ok((p, env, u)) => {
+                self.unqueue_unexpected(&u);
+                self.deliver(p, env, u, out);
+                None
+            }
+            Err(id) => Some(id),
+        }
     }
 
     /// Receives a message taken by [`Core::mprobe`].
