@@ -216,6 +216,47 @@ fn ring_only_rounds_leave_no_work_behind_and_run_when_idle() {
     }
 }
 
+/// The entry points as the shim calls them, each behind a call of its
+/// own that `bench/engine-ir` counts (callgrind's `--toggle-collect`):
+/// whatever the compiler inlines into them is counted, whichever build.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn counted_isend(
+    e: &Engine,
+    peer: usize,
+    tag: i32,
+    src: i32,
+    buf: &[u8],
+    req: ReqPtr,
+    out: &mut Finished,
+) -> Started {
+    // SAFETY: forwarded from the caller.
+    unsafe { e.isend(peer, 1, src, tag, buf.as_ptr(), buf.len(), false, req, out) }.unwrap()
+}
+
+/// See [`counted_isend`].
+#[inline(never)]
+unsafe fn counted_irecv(
+    e: &Engine,
+    sel: Selector,
+    from: PeerId,
+    buf: &mut [u8],
+    req: ReqPtr,
+    out: &mut Finished,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { e.irecv(sel, Some(from), buf.as_mut_ptr(), buf.len(), req, out) }.unwrap()
+}
+
+/// A poll as the shim makes it: the quick look, then the round. See
+/// [`counted_isend`].
+#[inline(never)]
+fn counted_poll(e: &Engine, out: &mut Finished) {
+    if !e.nothing_to_poll() {
+        e.progress(out);
+    }
+}
+
 /// Round trips of `PINGPONG_LEN` bytes between two engines of this
 /// process, each through `irecv`, `isend` and the polls the shim would
 /// make, and nothing else: what `bench/engine-ir` runs under callgrind
@@ -259,40 +300,25 @@ fn pingpong_for_engine_ir() {
             // send of this size completes on return (asserted).
             unsafe {
                 for (buf, r) in bufs.iter_mut().zip(recv_reqs.iter_mut()) {
-                    to.engine
-                        .irecv(
-                            sel,
-                            Some(PeerId::from_handle(to.peer)),
-                            buf.as_mut_ptr(),
-                            PINGPONG_LEN,
-                            req(r),
-                            &mut out,
-                        )
-                        .unwrap();
+                    let from = PeerId::from_handle(to.peer);
+                    counted_irecv(&to.engine, sel, from, buf, req(r), &mut out);
                 }
                 for (p, r) in payloads.iter().zip(send_reqs.iter_mut()) {
-                    let started = from
-                        .engine
-                        .isend(
-                            from.peer,
-                            1,
-                            dir as i32,
-                            tag,
-                            p.as_ptr(),
-                            PINGPONG_LEN,
-                            false,
-                            req(r),
-                            &mut out,
-                        )
-                        .unwrap();
+                    let started = counted_isend(
+                        &from.engine,
+                        from.peer,
+                        tag,
+                        dir as i32,
+                        p,
+                        req(r),
+                        &mut out,
+                    );
                     assert_eq!(started, Started::Complete);
                 }
             }
             let mut done = 0;
             while done < window {
-                if !to.engine.nothing_to_poll() {
-                    to.engine.progress(&mut out);
-                }
+                counted_poll(&to.engine, &mut out);
                 out.deliver(|c| match c {
                     Completion::Recv {
                         req: r,
