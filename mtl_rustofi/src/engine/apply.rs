@@ -61,8 +61,9 @@ fn tick_and_execute(st: &mut State) {
 /// One whole round of progress: a tick, the completion queues of every
 /// rail, and a tick again when something completed (credits freed, queued
 /// operations can go); `read_clock`: the liveness clock is due (or a poll
-/// forced after skipped ones stands in for them).
-#[inline]
+/// forced after skipped ones stands in for them). Out of line, also
+/// for the profiles, which tell the forced full rounds by its name.
+#[inline(never)]
 pub(super) fn full_round(st: &mut State, read_clock: bool) -> usize {
     tick_and_execute(st);
     let n = st.driver.poll(&mut st.core, &mut st.out);

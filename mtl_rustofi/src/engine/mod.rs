@@ -292,9 +292,8 @@ impl Engine {
     }
 
     /// [`Engine::poll_round`] when it reads every rail (`read_clock`: and
-    /// the liveness clock); out of line, so that the round that reads only
-    /// the rings carries none of it.
-    #[inline(never)]
+    /// the liveness clock).
+    #[inline(always)]
     fn full_poll(
         &self,
         st: &mut State,
