@@ -67,26 +67,39 @@ impl<S, N: Linked> Handoff<S, N> {
 
     /// If the token is free: takes it, runs `work` with the state and the
     /// queued commands, releases it; again while commands were queued
-    /// meanwhile. Returns at once if another thread holds the token.
+    /// meanwhile. Returns at once if another thread holds the token (or
+    /// the handoff is poisoned).
     pub(crate) fn combine(&self, mut work: impl FnMut(&mut S, Batch<N>)) {
-        while !self.poisoned.load(Ordering::Acquire) && self.token.try_acquire() {
-            if self.poisoned.load(Ordering::Acquire) {
-                // A panicking holder released the token just before.
-                self.token.release();
-                break;
-            }
-            {
-                let _holder = Holder(self);
-                self.state.with_mut(|s| {
-                    // SAFETY: we hold the token, which grants exclusive
-                    // access to the state.
-                    work(unsafe { &mut *s }, self.inbox.take_all())
-                });
-            }
+        while let Some(holder) = self.acquire() {
+            self.state.with_mut(|s| {
+                // SAFETY: we hold the token, which grants exclusive
+                // access to the state.
+                work(unsafe { &mut *s }, self.inbox.take_all())
+            });
+            holder.release();
             if self.inbox.is_empty() {
                 break;
             }
         }
+    }
+
+    /// Takes the token if it is free and the handoff is not poisoned.
+    /// Poison is read only under the token: a panicking holder stores it
+    /// before its releasing swap, which the taking swap reads (or a later
+    /// write of the token's release sequence), so it is seen. A poisoned
+    /// handoff is so taken and released at once, which costs only its
+    /// callers, who get an error anyway.
+    #[inline(always)]
+    fn acquire(&self) -> Option<Holder<'_, S, N>> {
+        if !self.token.try_acquire() {
+            return None;
+        }
+        if self.poisoned.load(Ordering::Acquire) {
+            // A panicking holder released the token before we took it.
+            self.token.release();
+            return None;
+        }
+        Some(Holder(self))
     }
 
     /// If the token is free: takes it and runs `first(state, queued, ctx)`,
@@ -109,22 +122,15 @@ impl<S, N: Linked> Handoff<S, N> {
         first: impl FnOnce(&mut S, Batch<N>, &mut C),
         mut rest: impl FnMut(&mut S, Batch<N>, &mut C),
     ) -> bool {
-        if self.poisoned.load(Ordering::Acquire) || !self.token.try_acquire() {
+        let Some(holder) = self.acquire() else {
             return false;
-        }
-        if self.poisoned.load(Ordering::Acquire) {
-            // A panicking holder released the token just before we took it.
-            self.token.release();
-            return false;
-        }
-        {
-            let _holder = Holder(self);
-            self.state.with_mut(|s| {
-                // SAFETY: we hold the token, which grants exclusive
-                // access to the state.
-                first(unsafe { &mut *s }, self.inbox.take_all(), ctx)
-            });
-        }
+        };
+        self.state.with_mut(|s| {
+            // SAFETY: we hold the token, which grants exclusive access to
+            // the state.
+            first(unsafe { &mut *s }, self.inbox.take_all(), ctx)
+        });
+        holder.release();
         if !self.inbox.is_empty() {
             self.combine(|s, batch| rest(s, batch, ctx));
         }
@@ -140,14 +146,12 @@ impl<S, N: Linked> Handoff<S, N> {
     ) -> Result<R, Poisoned> {
         loop {
             self.check()?;
-            if self.token.try_acquire() {
-                let r = {
-                    let _holder = Holder(self);
-                    self.state.with_mut(|s| {
-                        // SAFETY: we hold the token.
-                        f(unsafe { &mut *s }, self.inbox.take_all())
-                    })
-                };
+            if let Some(holder) = self.acquire() {
+                let r = self.state.with_mut(|s| {
+                    // SAFETY: we hold the token.
+                    f(unsafe { &mut *s }, self.inbox.take_all())
+                });
+                holder.release();
                 return Ok(r);
             }
             std::hint::spin_loop();
@@ -168,15 +172,25 @@ impl<S, N: Linked> Handoff<S, N> {
     }
 }
 
-/// Releases the token when the holder's scope ends, even by unwinding
-/// (which poisons the handoff).
+/// The token, held. Its holder gives it back with [`Holder::release`];
+/// dropped otherwise, which happens only when the holder's work unwinds,
+/// it poisons the handoff and then releases the token (so the next holder
+/// sees the poison). The normal path so never asks whether it is
+/// panicking.
 struct Holder<'a, S, N>(&'a Handoff<S, N>);
 
+impl<S, N> Holder<'_, S, N> {
+    #[inline(always)]
+    fn release(self) {
+        let h = std::mem::ManuallyDrop::new(self);
+        h.0.token.release();
+    }
+}
+
 impl<S, N> Drop for Holder<'_, S, N> {
+    #[cold]
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.0.poisoned.store(true, Ordering::Release);
-        }
+        self.0.poisoned.store(true, Ordering::Release);
         self.0.token.release();
     }
 }

@@ -111,6 +111,14 @@ pub(crate) struct Batch<N> {
     next: *mut N,
 }
 
+impl<N> Batch<N> {
+    /// Whether the batch holds no node (nothing was queued).
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.next.is_null()
+    }
+}
+
 impl<N: Linked> Iterator for Batch<N> {
     type Item = *mut N;
     fn next(&mut self) -> Option<*mut N> {

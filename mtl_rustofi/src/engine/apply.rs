@@ -10,51 +10,44 @@ use crate::request::{Cmd, Op, ReqPtr};
 use crate::usermem::UserBuf;
 use std::sync::atomic::Ordering;
 
-/// One round of progress: a tick, the completion queues, and a tick again
-/// when something completed (credits freed, queued operations can go).
-/// With `ring_only` (the last token holder left the core waiting for
-/// nothing but packets of the own rail), a round whose liveness clock is
-/// not due reads the rings alone: the tick and every other rail would
-/// find nothing. Every holder keeps that flag true to the core's state as
-/// it leaves (see [`super::IdleWatch`]), so under the token it is exact,
-/// not a hint; `read_clock` (a poll forced after skipped ones) and a due
-/// clock always take the whole round.
-#[inline]
-pub(super) fn progress(st: &mut State, read_clock: bool, ring_only: bool) -> Round {
-    let read_clock = clock_due(&mut st.clock) || read_clock;
-    if ring_only && !read_clock {
-        let n = st.driver.poll_local(&mut st.core, &mut st.out);
-        if n > 0 {
-            tick_and_execute(st);
-        }
-        return Round {
-            events: n,
-            rings_only: true,
-        };
+/// The progress round of a holder that found `ring_only` set (the last
+/// token holder left the core waiting for nothing but packets of the own
+/// rail) and whose liveness clock is not due: it reads the rings alone,
+/// and ticks if they held packets and left the core work for a tick; the
+/// tick and every other rail would find nothing. Every holder keeps that
+/// flag true to the core's state as it leaves (see [`super::IdleWatch`]),
+/// so under the token it is exact, not a hint. Returns the packets read
+/// and whether the core's tick has nothing left to do (`quiet`, for
+/// [`super::IdleWatch::note_ring_round`]). A round that read nothing
+/// touched neither the core nor the driver: it changes nothing the last
+/// holder noted.
+#[inline(always)]
+pub(super) fn ring_round(st: &mut State) -> (usize, bool) {
+    let n = st.driver.poll_local(&mut st.core, &mut st.out);
+    if n == 0 {
+        return (0, true);
     }
-    Round {
-        events: full_round(st, read_clock),
-        rings_only: false,
+    // The driver executed the packets' actions (`poll_local`): only a
+    // tick can add more.
+    let mut quiet = st.core.tick_is_empty();
+    if !quiet {
+        tick_and_execute(st);
+        quiet = st.core.tick_is_empty();
     }
-}
-
-/// What a progress round did.
-pub(super) struct Round {
-    /// Completions and packets read.
-    pub(super) events: usize,
-    /// Only the rings were read (the core waited for nothing else).
-    pub(super) rings_only: bool,
+    (n, quiet)
 }
 
 /// Counts a round; whether it is one in `CLOCK_EVERY`, when the liveness
-/// clock is read.
+/// clock is read. A countdown, so that a round not due costs a decrement
+/// and a test; whether the clock is on is asked only when it is due.
 #[inline(always)]
-fn clock_due(clock: &mut Clock) -> bool {
-    if !clock.on {
+pub(super) fn clock_due(clock: &mut Clock) -> bool {
+    clock.left -= 1;
+    if clock.left != 0 {
         return false;
     }
-    clock.rounds = clock.rounds.wrapping_add(1);
-    clock.rounds.is_multiple_of(CLOCK_EVERY)
+    clock.left = CLOCK_EVERY;
+    clock.on
 }
 
 #[inline(always)]
@@ -65,9 +58,13 @@ fn tick_and_execute(st: &mut State) {
     }
 }
 
-/// The whole round; `read_clock`: the liveness clock is due.
+/// One whole round of progress: a tick, the completion queues of every
+/// rail, and a tick again when something completed (credits freed, queued
+/// operations can go); `read_clock`: the liveness clock is due (or a poll
+/// forced after skipped ones stands in for them). Out of line, also
+/// for the profiles, which tell the forced full rounds by its name.
 #[inline(never)]
-fn full_round(st: &mut State, read_clock: bool) -> usize {
+pub(super) fn full_round(st: &mut State, read_clock: bool) -> usize {
     tick_and_execute(st);
     let n = st.driver.poll(&mut st.core, &mut st.out);
     // After the poll: what arrived counts before peers are judged.

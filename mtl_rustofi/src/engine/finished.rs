@@ -36,25 +36,35 @@ impl Finished {
 
     /// Moves the core's finished requests here (the core keeps its
     /// vector's capacity).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn take_from(&mut self, events: &mut Vec<Completion>) {
         // Copied out and cleared rather than drained: completions are
         // plain data, and a drain's guard costs more than the copy.
-        for &e in events.iter() {
-            self.push(e);
+        match events[..] {
+            // Most posts finish nothing.
+            [] => return,
+            // Most polls finish one request.
+            [e] if self.n < INLINE => {
+                self.first[self.n].write(e);
+                self.n += 1;
+            }
+            _ => self.take_many(events),
         }
         events.clear();
     }
 
-    /// Adds one finished request.
-    #[inline]
-    pub(crate) fn push(&mut self, c: Completion) {
-        if self.n < INLINE {
-            self.first[self.n].write(c);
-            self.n += 1;
-        } else {
-            self.more.push(c);
+    /// [`Finished::take_from`] of a burst (a window of small messages
+    /// arrives as one): one block copy into the inline slots, the rest
+    /// beyond them.
+    #[inline(never)]
+    fn take_many(&mut self, events: &[Completion]) {
+        let n = self.n;
+        let k = events.len().min(INLINE - n);
+        for (slot, &e) in self.first[n..n + k].iter_mut().zip(&events[..k]) {
+            slot.write(e);
         }
+        self.n = n + k;
+        self.more.extend_from_slice(&events[k..]);
     }
 
     /// Whether nothing finished (`more` is used only once the inline
@@ -71,7 +81,7 @@ impl Finished {
     pub(crate) fn deliver(&mut self, mut f: impl FnMut(Completion)) {
         let n = std::mem::take(&mut self.n);
         for c in &self.first[..n] {
-            // SAFETY: `push` wrote every slot below `n` before raising it,
+            // SAFETY: `take_from` wrote every slot below `n` before raising it,
             // and nothing else lowers `n` but this `take`.
             f(unsafe { c.assume_init() });
         }

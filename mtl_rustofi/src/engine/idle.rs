@@ -84,7 +84,16 @@ impl IdleWatch {
     /// every rail.
     #[inline]
     pub(super) fn note_started(&self, st: &mut State) {
-        if st.driver.take_posted_off_ring() || !st.core.tick_is_empty() {
+        self.note_ring_round(st, st.core.tick_is_empty());
+    }
+
+    /// [`IdleWatch::note_started`] after a round that read only the rings
+    /// and applied no command, which found whether the core's tick has
+    /// anything left to do (`quiet`) as it finished, so that it is not
+    /// asked twice.
+    #[inline]
+    pub(super) fn note_ring_round(&self, st: &mut State, quiet: bool) {
+        if st.driver.take_posted_off_ring() || !quiet {
             self.ring_only.store(false, Ordering::Relaxed);
         }
     }

@@ -33,7 +33,9 @@ mod peers;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-use apply::{apply, apply_all, apply_mrecv, apply_recv, apply_send, progress};
+use apply::{
+    apply, apply_all, apply_mrecv, apply_recv, apply_send, clock_due, full_round, ring_round,
+};
 use idle::IdleWatch;
 use peers::add_peer;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -82,7 +84,8 @@ struct State {
 /// waiting caller drives millions a second), when probing is on.
 struct Clock {
     start: Instant,
-    rounds: u32,
+    /// Rounds until the next one that reads the clock (if it is on).
+    left: u32,
     on: bool,
     /// Report a stall ([`Core::tick_stall`]): verbose 1 and up.
     stall_reports: bool,
@@ -196,7 +199,7 @@ impl Engine {
                 out,
                 clock: Clock {
                     start: Instant::now(),
-                    rounds: 0,
+                    left: CLOCK_EVERY,
                     on: settings.peer_timeout.is_some() || settings.verbose > 0,
                     stall_reports: settings.verbose > 0,
                 },
@@ -242,36 +245,69 @@ impl Engine {
     fn combine<const POLL: bool>(&self, out: &mut Finished) -> usize {
         let mut events = 0;
         self.handoff.combine(|st, batch| {
-            let mut rings_only = false;
             if POLL {
-                // A poll forced after skipped ones stands in for all of
-                // them: it reads the liveness clock and goes the whole way.
-                // Taken under the token, so that the round that clears it
-                // is the one that does so.
-                let forced = self.idle.as_ref().is_some_and(IdleWatch::take_forced);
-                // What the last holder noted as it left: every holder
-                // keeps the flag true to the core's state (see `IdleWatch`),
-                // and the token orders its store before this load.
-                let ring_only = !forced
-                    && self
-                        .idle
-                        .as_ref()
-                        .is_some_and(|w| w.ring_only.load(Ordering::Relaxed));
-                let round = progress(st, forced, ring_only);
-                events += round.events;
-                rings_only = round.rings_only;
-            }
-            apply_all(st, batch);
-            out.take_from(&mut st.out.events);
-            if let Some(w) = &self.idle {
-                if POLL && !rings_only {
-                    w.note(st);
-                } else {
-                    w.note_started(st);
-                }
+                events += self.poll_round(st, batch, out);
+            } else {
+                self.apply_queued(st, batch, out);
             }
         });
         events
+    }
+
+    /// A progress round as the token holder, then the commands queued
+    /// before it; collects what finished and notes what the next poll may
+    /// skip. Returns the completions read.
+    #[inline(always)]
+    fn poll_round(&self, st: &mut State, batch: Batch<Cmd>, out: &mut Finished) -> usize {
+        // Every round counts towards the liveness clock.
+        let due = clock_due(&mut st.clock);
+        let Some(w) = &self.idle else {
+            return self.full_poll(st, batch, out, due);
+        };
+        // A poll forced after skipped ones stands in for all of them: it
+        // reads the liveness clock and goes the whole way. Taken under the
+        // token, so that the round that clears it is the one that does so.
+        let forced = w.take_forced();
+        // What the last holder noted as it left: every holder keeps the
+        // flag true to the core's state (see `IdleWatch`), and the token
+        // orders its store before this load.
+        if due || forced || !w.ring_only.load(Ordering::Relaxed) {
+            return self.full_poll(st, batch, out, due || forced);
+        }
+        if !batch.is_empty() {
+            // Commands other threads queued: applied after the round, and
+            // noted as any started operations are.
+            let n = ring_round(st).0;
+            apply_all(st, batch);
+            out.take_from(&mut st.out.events);
+            w.note_started(st);
+            return n;
+        }
+        let (n, quiet) = ring_round(st);
+        if n > 0 {
+            out.take_from(&mut st.out.events);
+            w.note_ring_round(st, quiet);
+        }
+        n
+    }
+
+    /// [`Engine::poll_round`] when it reads every rail (`read_clock`: and
+    /// the liveness clock).
+    #[inline(always)]
+    fn full_poll(
+        &self,
+        st: &mut State,
+        batch: Batch<Cmd>,
+        out: &mut Finished,
+        read_clock: bool,
+    ) -> usize {
+        let n = full_round(st, read_clock);
+        apply_all(st, batch);
+        out.take_from(&mut st.out.events);
+        if let Some(w) = &self.idle {
+            w.note(st);
+        }
+        n
     }
 
     /// Queues a command and applies it (and anything queued before it) if
@@ -582,7 +618,8 @@ impl Engine {
         loop {
             let busy = self.handoff.with_token(|st, batch| {
                 apply_all(st, batch);
-                progress(st, false, false);
+                let due = clock_due(&mut st.clock);
+                full_round(st, due);
                 out.take_from(&mut st.out.events);
                 if let Some(w) = &self.idle {
                     w.note(st);

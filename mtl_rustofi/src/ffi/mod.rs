@@ -135,19 +135,27 @@ static COMPONENT: AtomicPtr<Component> = AtomicPtr::new(ptr::null_mut());
 const ERR: c_int = -1;
 
 /// Runs `f`, turning a panic into an error code and a message.
-fn guard(what: &str, f: impl FnOnce() -> c_int) -> c_int {
+#[inline(always)]
+fn guard(what: &'static str, f: impl FnOnce() -> c_int) -> c_int {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            crate::log::problem(Topic::InternalError, &format!("{what}: {msg}"));
-            ERR
-        }
+        Err(p) => panicked(what, p),
     }
+}
+
+/// Reports a panic caught by [`guard`]. Out of line: the entry points
+/// carry only the unwind edge to it, and `what` reaches it as a constant
+/// rather than through the closure the unwind guard runs.
+#[cold]
+#[inline(never)]
+fn panicked(what: &str, p: Box<dyn std::any::Any + Send>) -> c_int {
+    let msg = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    crate::log::problem(Topic::InternalError, &format!("{what}: {msg}"));
+    ERR
 }
 
 fn component() -> Option<&'static Component> {
@@ -160,21 +168,31 @@ fn component() -> Option<&'static Component> {
 
 /// Runs an engine operation, then delivers the completions it produced
 /// once the progress token has been released (a callback may start new
-/// operations).
-fn with_engine(what: &str, f: impl FnOnce(&Engine, &mut Finished) -> c_int) -> c_int {
+/// operations). Looking for the component cannot panic, so it comes
+/// before the unwind guard.
+#[inline(always)]
+fn with_engine(what: &'static str, f: impl FnOnce(&Engine, &mut Finished) -> c_int) -> c_int {
+    match component() {
+        Some(c) => with_component(c, what, f),
+        None => uninitialised(what),
+    }
+}
+
+/// [`with_engine`] before initialisation (or after finalize).
+#[cold]
+#[inline(never)]
+fn uninitialised(what: &'static str) -> c_int {
     guard(what, || {
-        let Some(c) = component() else {
-            crate::log::error(&format!("{what} called before initialisation"));
-            return ERR;
-        };
-        run(c, f)
+        crate::log::error(&format!("{what} called before initialisation"));
+        ERR
     })
 }
 
 /// [`with_engine`] for a caller that has the component already.
+#[inline(always)]
 fn with_component(
     c: &Component,
-    what: &str,
+    what: &'static str,
     f: impl FnOnce(&Engine, &mut Finished) -> c_int,
 ) -> c_int {
     guard(what, || run(c, f))
@@ -186,7 +204,12 @@ fn run(c: &Component, f: impl FnOnce(&Engine, &mut Finished) -> c_int) -> c_int 
     let r = f(&c.engine, &mut out);
     // A receive posted before its message, a small send (complete on
     // return, see `rustofi_isend`): most posts finish nothing here.
-    if !out.is_empty() {
+    if out.is_empty() {
+        // A fresh list still empty never had anything added (its count
+        // only grows until `deliver`), so its vector never allocated:
+        // it needs no drop (which would test the vector's capacity).
+        std::mem::forget(out);
+    } else {
         deliver(c, &mut out);
     }
     r

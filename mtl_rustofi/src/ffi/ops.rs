@@ -57,8 +57,7 @@ fn progress_round(c: Option<&'static Component>) -> c_int {
     const WHAT: &str = "rustofi_progress";
     match c {
         Some(c) => with_component(c, WHAT, |e, out| e.progress(out) as c_int),
-        // Says that it was called before initialisation.
-        None => with_engine(WHAT, |e, out| e.progress(out) as c_int),
+        None => uninitialised(WHAT),
     }
 }
 
