@@ -3,12 +3,16 @@
  * rank 1, as OSU's bandwidth and message-rate tests send them, made to be
  * run under callgrind by bench/profile-window.
  *
- * Usage: profile_window size window iters idle_polls
+ * Usage: profile_window size window iters idle_polls [recv_delay_us]
  *
  *   Each iteration: rank 0 posts `window` MPI_Isend of `size` bytes (one
  *   tag) and waits for them all, then receives a 1-byte ack; rank 1 posts
- *   `window` MPI_Irecv, waits for them all, then sends the ack. 20 warm-up
- *   iterations come first. Then, as in profile_pingpong, an idle phase:
+ *   `window` MPI_Irecv, waits for them all, then sends the ack. With
+ *   recv_delay_us > 0 rank 1 sleeps that long between posting its receives
+ *   and waiting for them, so that the window has arrived when it first
+ *   polls: then how many polls it makes no longer depends on timing, and
+ *   its progress calls price the arrivals alone. 20 warm-up iterations come
+ *   first. Then, as in profile_pingpong, an idle phase:
  *   rank 0 calls MPI_Test `idle_polls` times (0: none) on a receive that
  *   cannot match yet while rank 1 waits in MPI_Recv, so that both ranks'
  *   polls in it find nothing, which prices an empty poll.
@@ -22,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(__has_include)
 #if __has_include(<valgrind/callgrind.h>)
 #include <valgrind/callgrind.h>
@@ -44,7 +49,8 @@ int main(int argc, char **argv)
     }
     long size = atol(argv[1]), window = atol(argv[2]), iters = atol(argv[3]);
     long idle = atol(argv[4]);
-    if (np != 2 || size < 1 || window < 1 || iters < 1 || idle < 0) {
+    long delay = argc > 5 ? atol(argv[5]) : 0;
+    if (np != 2 || size < 1 || window < 1 || iters < 1 || idle < 0 || delay < 0) {
         if (rank == 0)
             fprintf(stderr, "profile_window needs 2 ranks, size, window, iters >= 1, idle >= 0\n");
         MPI_Finalize();
@@ -73,6 +79,7 @@ int main(int argc, char **argv)
         } else {
             for (long w = 0; w < window; w++)
                 MPI_Irecv(buf + w * size, (int) size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &req[w]);
+            if (delay > 0) usleep((useconds_t) delay);
             MPI_Waitall((int) window, req, MPI_STATUSES_IGNORE);
             for (long w = 0; w < window; w++) {
                 const unsigned char *m = buf + w * size;
