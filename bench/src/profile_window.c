@@ -50,9 +50,11 @@ int main(int argc, char **argv)
     long size = atol(argv[1]), window = atol(argv[2]), iters = atol(argv[3]);
     long idle = atol(argv[4]);
     long delay = argc > 5 ? atol(argv[5]) : 0;
-    if (np != 2 || size < 1 || window < 1 || iters < 1 || idle < 0 || delay < 0) {
+    /* size >= 2: the first and last byte carry different checks. */
+    if (np != 2 || size < 2 || window < 1 || iters < 1 || idle < 0 || delay < 0) {
         if (rank == 0)
-            fprintf(stderr, "profile_window needs 2 ranks, size, window, iters >= 1, idle >= 0\n");
+            fprintf(stderr, "profile_window needs 2 ranks, size >= 2, window and iters >= 1, "
+                            "idle and delay >= 0\n");
         MPI_Finalize();
         return 2;
     }

@@ -258,7 +258,8 @@ impl Header {
     }
 
     /// Writes the first `BASE_LEN` bytes of the header (all of it for an
-    /// eager message), with no length logic: the path of every small send.
+    /// eager message), with no length logic ([`Header::encode`]'s common
+    /// case; a small send made inline encodes its `EagerHead` instead).
     #[inline]
     pub(crate) fn encode_base(&self, b: &mut [u8; BASE_LEN]) {
         put_base(

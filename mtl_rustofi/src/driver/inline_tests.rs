@@ -235,3 +235,100 @@ fn short_inline_sends_of_every_length_fill_the_ring_and_arrive_intact() {
     assert!(!a.core.busy(), "nothing left queued");
     assert_eq!(Stats::get(&b.core.stats().errors), 0);
 }
+
+/// Payload lengths around the one-cell and short-copy edges
+/// (0, 1..4, 7, 8, 9, 15, 16, 17, 56, 57 ...) sent the engine's direct way
+/// into receives posted for exactly their source and tag (the eager path
+/// without wildcards), some exact, some larger, some truncated, over enough
+/// laps of the ring that one-cell packets land on its last cell and
+/// two-cell ones meet its end.
+#[test]
+fn edge_lengths_arrive_whole_into_specific_receives() {
+    let (mut a, mut b) = pair(0xb3);
+    const LENS: [usize; 22] = [
+        0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 24, 31, 32, 33, 55, 56, 57, 64, 100,
+    ];
+    const N: usize = 2300;
+    let len_of = |i: usize| LENS[(i * 7 + i / LENS.len()) % LENS.len()];
+    // Receive capacity: exact, larger, or one byte short.
+    let cap_of = |i: usize| match i % 3 {
+        0 => len_of(i),
+        1 => len_of(i) + 5,
+        _ => len_of(i).saturating_sub(1),
+    };
+    let body =
+        |i: usize| -> Vec<u8> { (0..len_of(i)).map(|k| (i * 31 + k * 3 + 1) as u8).collect() };
+    let mut bufs: Vec<Vec<u8>> = (0..N).map(|i| vec![0xcdu8; cap_of(i) + 8]).collect();
+    let mut got = 0;
+    let mut sent = 0;
+    let mut payloads: Vec<Vec<u8>> = (0..N).map(body).collect();
+    for i in 0..N {
+        // SAFETY: `bufs` outlives the receive, and is only read after it.
+        let ub = unsafe { UserBuf::new(bufs[i].as_mut_ptr(), cap_of(i)) };
+        let sel = Selector {
+            ctx: 1,
+            src: Source::Rank(0),
+            tag: Tag::Value(i as i32),
+        };
+        assert!(b
+            .core
+            .recv(sel, Some(PeerId(0)), ub, ReqId(100_000 + i), &mut b.out)
+            .is_some());
+        for tag in send(&mut a, &mut payloads[i], i as i32) {
+            payloads[tag].fill(0xee);
+            sent += 1;
+        }
+        // Let the ring fill now and then.
+        if i % 1500 == 1499 || i + 1 == N {
+            if i == 1499 {
+                assert!(sent < i + 1, "the ring filled: {sent} of {}", i + 1);
+            }
+            for _ in 0..200 {
+                b.driver.poll(&mut b.core, &mut b.out);
+                for e in b.out.events.drain(..) {
+                    if let Event::Recv {
+                        req,
+                        tag,
+                        bytes,
+                        status,
+                        ..
+                    } = e
+                    {
+                        let j = req.0 - 100_000;
+                        assert_eq!(tag as usize, j);
+                        assert_eq!(j, got, "in order");
+                        let want = if cap_of(j) < len_of(j) {
+                            Status::Truncated
+                        } else {
+                            Status::Ok
+                        };
+                        assert_eq!(status, want, "message {j} len {}", len_of(j));
+                        assert_eq!(bytes, cap_of(j).min(len_of(j)), "message {j}");
+                        let n = bytes;
+                        assert_eq!(
+                            &bufs[j][..n],
+                            &body(j)[..n],
+                            "message {j} intact (len {})",
+                            len_of(j)
+                        );
+                        assert!(
+                            bufs[j][n..].iter().all(|&x| x == 0xcd),
+                            "message {j}: nothing past its bytes"
+                        );
+                        got += 1;
+                    }
+                }
+                a.core.tick(&mut a.out);
+                a.driver.execute(&mut a.core, &mut a.out);
+                a.driver.poll(&mut a.core, &mut a.out);
+                sent += sends_done(&mut a).len();
+                if got == i + 1 && sent == i + 1 {
+                    break;
+                }
+            }
+        }
+    }
+    assert_eq!((got, sent), (N, N));
+    assert!(!a.core.busy());
+    assert_eq!(Stats::get(&b.core.stats().errors), 0);
+}

@@ -3,7 +3,8 @@
 //! callback may call back into the MTL).
 //!
 //! The finished requests live in the caller's stack frame, as many as one
-//! poll of a ring reads (a window of small messages arrives as a burst):
+//! poll reads from one peer's ring (a window of small messages arrives as a
+//! burst):
 //! no allocation, and no thread-local vector (in a shared library, each
 //! thread-local access is a call into the dynamic linker). The slots are
 //! left uninitialised, so a large frame costs nothing to set up. Any
@@ -12,8 +13,9 @@
 use super::Completion;
 use std::mem::MaybeUninit;
 
-/// How many finished requests a call holds without allocating: one poll
-/// of a ring's budget (`driver::shm::POLL_BUDGET`), 2 KiB of stack.
+/// How many finished requests a call holds without allocating: one ring's
+/// budget of a poll (`driver::shm::POLL_BUDGET`; a poll that reads several
+/// peers' rings may go beyond), 2 KiB of stack.
 const INLINE: usize = 64;
 
 pub(crate) struct Finished {

@@ -171,7 +171,13 @@ impl Core {
     /// look at the peer and its rail. `None` (and nothing done) otherwise.
     #[inline]
     fn inline_at_once(&mut self, s: &SendArgs) -> Option<InlineSend> {
-        if s.sync || self.fault == Fault::BadPacket || self.send_must_wait(s) {
+        // The peer is looked up before flow control, which indexes by it:
+        // a handle of no peer goes the slow way, to `check_peer`'s error.
+        if s.sync
+            || self.fault == Fault::BadPacket
+            || s.peer.index() >= self.peers.len()
+            || self.send_must_wait(s)
+        {
             return None;
         }
         let len = s.buf.len();

@@ -264,6 +264,40 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::eager::SendArgs;
+    use crate::proto::ids::ReqId;
+    use crate::proto::Out;
+    use crate::usermem::UserBuf;
+
+    /// A send to a handle of no peer is refused with an error, also while
+    /// flow control holds a charge (its look at the peer's room must not
+    /// come before the look at the peer).
+    #[test]
+    fn a_send_to_no_peer_is_refused_while_something_is_charged() {
+        let (mut c, peers) = crate::proto::test_core::net_core("tcp;ofi_rxm", &[10]);
+        let mut data = [7u8; 16];
+        // SAFETY: `data` outlives every send of this test.
+        let buf = unsafe { UserBuf::new(data.as_mut_ptr(), data.len()) };
+        let args = |peer, req| SendArgs {
+            peer,
+            ctx: 0,
+            src: 0,
+            tag: 1,
+            buf,
+            sync: false,
+            req: ReqId(req),
+        };
+        let mut out = Out::new();
+        // A bounce-buffered send to the real peer holds a charge.
+        let _ = c.send(args(peers[0], 1), &mut out).unwrap();
+        assert!(c.flow_state().total > 0);
+        for bad in [PeerId::from_handle(0), PeerId::from_handle(5)] {
+            match c.send(args(bad, 2), &mut Out::new()) {
+                Err(e) => assert!(e.0.contains("unknown peer"), "{}", e.0),
+                Ok(_) => panic!("a send to {bad:?} was accepted"),
+            }
+        }
+    }
 
     #[test]
     fn limits_hold_per_peer_and_in_all() {
