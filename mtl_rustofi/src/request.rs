@@ -9,7 +9,7 @@
 use crate::inbox::Linked;
 use crate::matching::{PostId, Selector};
 use crate::proto::ids::{MsgId, PeerId, ReqId};
-use crate::proto::ProbeInfo;
+use crate::proto::{ProbeInfo, SendArgs};
 use crate::sync::{AtomicBool, AtomicPtr, Ordering};
 use crate::usermem::UserBuf;
 use std::os::raw::c_void;
@@ -71,13 +71,10 @@ impl MessageHandle {
 /// progress token.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Op {
+    /// The send as the core takes it, and its request (`args.req` names
+    /// it).
     Send {
-        peer: PeerId,
-        ctx: u32,
-        src: i32,
-        tag: i32,
-        sync: bool,
-        buf: UserBuf,
+        args: SendArgs,
         req: ReqPtr,
     },
     /// `from`: the peer of a specific source.

@@ -52,6 +52,49 @@ pub(crate) struct UserBuf {
 // used by whichever thread holds the progress token (one at a time).
 unsafe impl Send for UserBuf {}
 
+/// Copies `n` bytes from `from` to `to`. Up to 16 bytes (the common small
+/// message) take at most two loads and two stores rather than a call of
+/// the library's `memcpy`, which costs more than such a copy.
+///
+/// # Safety
+/// `from` must be readable and `to` writable for `n` bytes, and the two
+/// ranges must not overlap; either may be null or dangling when `n` is 0.
+/// Neither need be aligned.
+#[inline(always)]
+pub(crate) unsafe fn copy_bytes(from: *const u8, to: *mut u8, n: usize) {
+    // Each small copy is of the first `w` and the last `w` bytes, for a
+    // width `w` with `w <= n <= 2 * w`: both lie within the `n` bytes and
+    // together cover them.
+    if (8..=16).contains(&n) {
+        // SAFETY: per the contract; `w` is 8.
+        unsafe {
+            let head = ptr::read_unaligned(from.cast::<u64>());
+            let tail = ptr::read_unaligned(from.add(n - 8).cast::<u64>());
+            ptr::write_unaligned(to.cast::<u64>(), head);
+            ptr::write_unaligned(to.add(n - 8).cast::<u64>(), tail);
+        }
+    } else if n > 16 {
+        // SAFETY: per the contract.
+        unsafe { ptr::copy_nonoverlapping(from, to, n) };
+    } else if n >= 4 {
+        // SAFETY: per the contract; `w` is 4 (`n` is below 8).
+        unsafe {
+            let head = ptr::read_unaligned(from.cast::<u32>());
+            let tail = ptr::read_unaligned(from.add(n - 4).cast::<u32>());
+            ptr::write_unaligned(to.cast::<u32>(), head);
+            ptr::write_unaligned(to.add(n - 4).cast::<u32>(), tail);
+        }
+    } else if n > 0 {
+        // SAFETY: per the contract; 1 to 3 bytes, copied one by one: the
+        // first, the middle and the last.
+        unsafe {
+            *to = *from;
+            *to.add(n / 2) = *from.add(n / 2);
+            *to.add(n - 1) = *from.add(n - 1);
+        }
+    }
+}
+
 impl UserBuf {
     /// # Safety
     /// `ptr` must be valid for reads of `len` bytes (and for writes, if the
@@ -98,51 +141,17 @@ impl UserBuf {
     }
 
     /// Copies `src` to the start of the buffer, clipped to its length;
-    /// returns the bytes copied. A copy of up to 16 bytes (the common small
-    /// eager message) is at most two loads and two stores rather than a
-    /// call of the library's `memcpy`, which costs more than the copy. Out
-    /// of line: inlined, it would make its callers too large to be inlined
-    /// into the packet handler themselves.
+    /// returns the bytes copied ([`copy_bytes`]: no `memcpy` call for a
+    /// small one). Out of line: inlined, it would make its callers too
+    /// large to be inlined into the packet handler themselves.
     #[inline(never)]
     pub(crate) fn write(&self, src: &[u8]) -> usize {
         let n = src.len().min(self.len);
-        let (from, to) = (src.as_ptr(), self.ptr);
-        // What makes every copy below sound: `new`'s contract makes `ptr`
-        // writable for `len >= n` bytes while the request lives, and `src`
-        // is readable for `n <= src.len()` bytes, a distinct Rust slice
-        // (the core never hands a user buffer out as a slice). Each small
-        // copy is of the first `w` and the last `w` bytes, for a width `w`
-        // with `w <= n <= 2 * w`: both lie within the `n` bytes and
-        // together cover them. Unaligned, as neither pointer need be
-        // aligned.
-        if (8..=16).contains(&n) {
-            // SAFETY: see above; `w` is 8.
-            unsafe {
-                let head = ptr::read_unaligned(from.cast::<u64>());
-                let tail = ptr::read_unaligned(from.add(n - 8).cast::<u64>());
-                ptr::write_unaligned(to.cast::<u64>(), head);
-                ptr::write_unaligned(to.add(n - 8).cast::<u64>(), tail);
-            }
-        } else if n > 16 {
-            // SAFETY: see above.
-            unsafe { ptr::copy_nonoverlapping(from, to, n) };
-        } else if n >= 4 {
-            // SAFETY: see above; `w` is 4 (`n` is below 8).
-            unsafe {
-                let head = ptr::read_unaligned(from.cast::<u32>());
-                let tail = ptr::read_unaligned(from.add(n - 4).cast::<u32>());
-                ptr::write_unaligned(to.cast::<u32>(), head);
-                ptr::write_unaligned(to.add(n - 4).cast::<u32>(), tail);
-            }
-        } else if n > 0 {
-            // SAFETY: see above; 1 to 3 bytes, copied one by one: the
-            // first, the middle and the last.
-            unsafe {
-                *to = *from;
-                *to.add(n / 2) = *from.add(n / 2);
-                *to.add(n - 1) = *from.add(n - 1);
-            }
-        }
+        // SAFETY: `new`'s contract makes `ptr` writable for `len >= n`
+        // bytes while the request lives, and `src` is readable for
+        // `n <= src.len()` bytes, a distinct Rust slice (the core never
+        // hands a user buffer out as a slice).
+        unsafe { copy_bytes(src.as_ptr(), self.ptr, n) };
         n
     }
 
@@ -176,6 +185,24 @@ mod tests {
         assert_eq!(b.sub(9, 1).len(), 0);
         assert_eq!(mem, [1, 2, 3, 7]);
         assert!(UserBuf::empty().is_empty());
+    }
+
+    #[test]
+    fn a_short_copy_copies_exactly_its_bytes() {
+        let src: Vec<u8> = (1..=16).collect();
+        for n in 0..=16 {
+            let mut dst = [0xee; 16];
+            let from = if n == 0 {
+                std::ptr::null()
+            } else {
+                src.as_ptr()
+            };
+            // SAFETY: `src` and `dst` hold `16 >= n` bytes and are
+            // distinct; none is read for 0.
+            unsafe { copy_bytes(from, dst.as_mut_ptr(), n) };
+            assert_eq!(&dst[..n], &src[..n], "{n} bytes");
+            assert!(dst[n..].iter().all(|&b| b == 0xee), "{n} bytes: no more");
+        }
     }
 
     #[test]

@@ -151,24 +151,7 @@ pub(super) fn apply(st: &mut State, cmd: *mut Cmd) {
 #[must_use = "an inline packet must be executed and its send completed"]
 pub(super) fn apply_op(st: &mut State, op: Op) -> Option<InlineSend> {
     match op {
-        Op::Send {
-            peer,
-            ctx,
-            src,
-            tag,
-            sync,
-            buf,
-            req,
-        } => {
-            let args = SendArgs {
-                peer,
-                ctx,
-                src,
-                tag,
-                buf,
-                sync,
-                req: req.id(),
-            };
+        Op::Send { args, req } => {
             // SAFETY: a queued command's request is live until it completes.
             return unsafe { apply_send(st, args, req) };
         }

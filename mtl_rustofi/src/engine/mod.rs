@@ -389,9 +389,8 @@ impl Engine {
     ) -> Result<Started, EngineError> {
         // SAFETY: per the function contract (a send buffer is only read).
         let buf = unsafe { UserBuf::new(buf as *mut u8, len) };
-        let peer = PeerId::from_handle(peer);
         let args = SendArgs {
-            peer,
+            peer: PeerId::from_handle(peer),
             ctx,
             src,
             tag,
@@ -404,15 +403,7 @@ impl Engine {
             self.start(
                 req,
                 |st| apply_send(st, args, req),
-                || Op::Send {
-                    peer,
-                    ctx,
-                    src,
-                    tag,
-                    sync,
-                    buf,
-                    req,
-                },
+                || Op::Send { args, req },
                 out,
             )
         }

@@ -181,7 +181,7 @@ impl Core {
             return None;
         }
         let len = s.buf.len();
-        let p = self.peers.get_mut(s.peer.index())?;
+        let p = &mut self.peers[s.peer.index()];
         let r = &self.rails[p.rail.index()];
         if !(r.profile.inline
             && wire::BASE_LEN + len <= r.profile.inject_size

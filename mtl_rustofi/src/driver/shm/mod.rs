@@ -28,7 +28,7 @@ use crate::config::{RndvProtocol, Settings};
 use crate::proto::action::InlineHead;
 use crate::proto::ids::{FiAddr, PeerId, RailId, RxSlot};
 use crate::proto::{Action, Core, InlineSend, Out, PostError, Posted, RailProfile};
-use crate::usermem::{Region, UserBuf};
+use crate::usermem::{copy_bytes, Region, UserBuf};
 use crate::wire::{self, RailKind};
 pub(crate) use reads::{execute_reads, local_read};
 use ring::{Consumer, Producer, Raw};
@@ -141,40 +141,6 @@ impl Addr {
 /// The largest payload of an inline packet that fits one cell with its
 /// header (an 8-byte message's).
 const SHORT: usize = ring::CELL - ring::WORD - wire::BASE_LEN;
-
-/// Copies the `n` (at most [`SHORT`]) bytes at `src` to the front of
-/// `dst` with a few loads and stores, where a call to `memcpy` would cost
-/// more than the copy.
-///
-/// # Safety
-/// `src` must be readable for `n` bytes; it may be null if `n` is 0.
-#[inline(always)]
-unsafe fn copy_short(src: *const u8, n: usize, dst: &mut [u8]) {
-    const _: () = assert!(SHORT == 8);
-    let dst: &mut [u8; SHORT] = dst.try_into().expect("the rest of a cell");
-    if n == 8 {
-        // SAFETY: `src` holds 8 readable bytes (the caller's contract).
-        *dst = unsafe { std::ptr::read_unaligned(src as *const [u8; 8]) };
-    } else if n >= 4 {
-        // Two overlapping words cover 4 to 7 bytes.
-        // SAFETY: both words lie within the `n` bytes at `src`.
-        let (a, b) = unsafe {
-            (
-                std::ptr::read_unaligned(src as *const [u8; 4]),
-                std::ptr::read_unaligned(src.add(n - 4) as *const [u8; 4]),
-            )
-        };
-        dst[..4].copy_from_slice(&a);
-        dst[n - 4..n].copy_from_slice(&b);
-    } else if n > 0 {
-        // The first, middle and last byte cover 1 to 3 bytes.
-        // SAFETY: the three bytes lie within the `n` bytes at `src`.
-        let (a, m, z) = unsafe { (*src, *src.add(n / 2), *src.add(n - 1)) };
-        dst[0] = a;
-        dst[n / 2] = m;
-        dst[n - 1] = z;
-    }
-}
 
 /// Maps in the rings between `me` and `peer` (both directions: a peer
 /// sent this much mostly answers). A failure only leaves the pages to
@@ -529,8 +495,9 @@ impl ShmRail {
                 encode(head.try_into().expect("a header's bytes"));
                 // SAFETY: a `UserBuf` is readable for its length while its
                 // request lives, which it does until this returns (see
-                // below); an empty one is not read.
-                unsafe { copy_short(r.addr as *const u8, r.len, body) };
+                // below); `body` is the rest of the cell, `SHORT >= r.len`
+                // bytes of the ring, not of the user's memory.
+                unsafe { copy_bytes(r.addr as *const u8, body.as_mut_ptr(), r.len) };
             })
         } else {
             let mut head = [0; wire::BASE_LEN];
@@ -681,22 +648,5 @@ mod addr_tests {
         };
         assert_eq!(Addr::decode(&a.encode()), Some(a));
         assert_eq!(Addr::decode(&a.encode()[..23]), None);
-    }
-
-    #[test]
-    fn a_short_copy_copies_exactly_its_bytes() {
-        let src: Vec<u8> = (1..=SHORT as u8).collect();
-        for n in 0..=SHORT {
-            let mut dst = [0xee; SHORT];
-            let from = if n == 0 {
-                std::ptr::null()
-            } else {
-                src.as_ptr()
-            };
-            // SAFETY: `src` holds `SHORT >= n` bytes; none is read for 0.
-            unsafe { copy_short(from, n, &mut dst) };
-            assert_eq!(&dst[..n], &src[..n], "{n} bytes");
-            assert!(dst[n..].iter().all(|&b| b == 0xee), "{n} bytes: no more");
-        }
     }
 }
