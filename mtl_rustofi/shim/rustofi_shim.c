@@ -770,20 +770,34 @@ static int rustofi_del_procs(struct mca_mtl_base_module_t *mtl, size_t nprocs,
     return OMPI_SUCCESS;
 }
 
-static size_t peer_of(struct ompi_communicator_t *comm, int rank)
+/* The peer handle of a process met for the first time (a dynamic process,
+ * or a proc Open MPI adds lazily): added now; 0 if that fails. */
+static __attribute__((noinline, cold)) size_t add_peer_late(ompi_proc_t *proc)
 {
-    ompi_proc_t *proc = ompi_comm_peer_lookup(comm, rank);
-    if (OPAL_UNLIKELY(NULL == proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL])) {
-        if (OMPI_SUCCESS != rustofi_add_procs(&rustofi_module, 1, &proc)) {
-            return 0;
-        }
+    if (OMPI_SUCCESS != rustofi_add_procs(&rustofi_module, 1, &proc)) {
+        return 0;
     }
     return (size_t) proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
 }
 
+/* The peer handle of `rank` of the communicator's remote group. Inlined
+ * into every send and receive: one lookup and one load when the peer is
+ * known, the common case. */
+static inline __attribute__((always_inline)) size_t peer_of(struct ompi_communicator_t *comm,
+                                                            int rank)
+{
+    ompi_proc_t *proc = ompi_comm_peer_lookup(comm, rank);
+    size_t peer = (size_t) proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
+    if (OPAL_UNLIKELY(0 == peer)) {
+        return add_peer_late(proc);
+    }
+    return peer;
+}
+
 /* The peer handle of a receive's or probe's source (0: MPI_ANY_SOURCE):
  * a receive from a peer that is given up fails instead of waiting. */
-static size_t source_peer(struct ompi_communicator_t *comm, int src)
+static inline __attribute__((always_inline)) size_t source_peer(struct ompi_communicator_t *comm,
+                                                                int src)
 {
     return MPI_ANY_SOURCE == src ? 0 : peer_of(comm, src);
 }
@@ -1124,8 +1138,9 @@ static inline int send_cid(struct ompi_communicator_t *comm, int dest, uint32_t 
  *   convertor's (no CONVERTOR_SEND), and the other fields (bConverted...) are
  *   stale from the request's previous use, so they must not be read.
  */
-static int send_buffer(struct opal_convertor_t *convertor, void **start, size_t *length,
-                       bool *free_after)
+static inline __attribute__((always_inline)) int send_buffer(struct opal_convertor_t *convertor,
+                                                            void **start, size_t *length,
+                                                            bool *free_after)
 {
     if (NULL != convertor->pDesc && !(convertor->flags & CONVERTOR_COMPLETED)
         && opal_datatype_is_contiguous_memory_layout(convertor->pDesc, convertor->count)) {
@@ -1140,9 +1155,9 @@ static int send_buffer(struct opal_convertor_t *convertor, void **start, size_t 
     return ompi_mtl_datatype_pack(convertor, start, length, free_after);
 }
 
-static int start_send(struct ompi_communicator_t *comm, int dest, int tag,
-                      struct opal_convertor_t *convertor, mca_pml_base_send_mode_t mode,
-                      RustofiReqHead *head)
+static inline __attribute__((always_inline)) int
+start_send(struct ompi_communicator_t *comm, int dest, int tag, struct opal_convertor_t *convertor,
+           mca_pml_base_send_mode_t mode, RustofiReqHead *head)
 {
     void *start = NULL;
     size_t length = 0;
@@ -1221,7 +1236,8 @@ static int rustofi_send(struct mca_mtl_base_module_t *mtl, struct ompi_communica
 
 /* Where a receive lands: the user buffer, or a bounce buffer unpacked
  * through the convertor at completion (non-contiguous types). */
-static int prepare_recv(struct opal_convertor_t *convertor, RustofiReqHead *head)
+static inline __attribute__((always_inline)) int prepare_recv(struct opal_convertor_t *convertor,
+                                                             RustofiReqHead *head)
 {
     void *start = NULL;
     size_t length = 0;
