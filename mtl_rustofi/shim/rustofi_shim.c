@@ -888,11 +888,10 @@ static int excid_send(ompi_communicator_t *comm, int dest)
     s->b.u.head.mtl.ompi_req = NULL;
     s->b.u.head.mtl.completion_callback = (void (*)(MtlRequest *)) excid_send_done;
     s->b.u.head.convertor = NULL;
-    s->b.u.head.buffer = NULL;
+    s->b.u.head.buffer = &s->msg;
     s->b.u.head.length = sizeof(s->msg);
     s->b.u.head.free_after = false;
-    int rc = rustofi_isend(peer, RUSTOFI_EXCID_CTX, comm->c_my_rank, 0, &s->msg,
-                           sizeof(s->msg), false, &s->b.u.head);
+    int rc = rustofi_isend(peer, RUSTOFI_EXCID_CTX, comm->c_my_rank, 0, false, &s->b.u.head);
     if (rc < 0) {
         free(s);
         return OMPI_ERROR;
@@ -974,8 +973,7 @@ static int excid_post(void)
     excid_rx.u.head.buffer = &excid_rx_buf;
     excid_rx.u.head.length = sizeof(excid_rx_buf);
     excid_rx.u.head.free_after = false;
-    return 0 == rustofi_irecv(RUSTOFI_EXCID_CTX, MPI_ANY_SOURCE, 0, 0, &excid_rx_buf,
-                              sizeof(excid_rx_buf), &excid_rx.u.head)
+    return 0 == rustofi_irecv(RUSTOFI_EXCID_CTX, MPI_ANY_SOURCE, 0, 0, &excid_rx.u.head)
          ? OMPI_SUCCESS : OMPI_ERROR;
 }
 
@@ -1176,11 +1174,11 @@ start_send(struct ompi_communicator_t *comm, int dest, int tag, struct opal_conv
         return ret;
     }
     head->convertor = convertor;
-    head->buffer = free_after ? start : NULL;
+    head->buffer = start;
     head->length = length;
     head->free_after = free_after;
-    int rc = rustofi_isend(peer, cid, comm->c_my_rank, tag, start, length,
-                           MCA_PML_BASE_SEND_SYNCHRONOUS == mode, head);
+    int rc = rustofi_isend(peer, cid, comm->c_my_rank, tag, MCA_PML_BASE_SEND_SYNCHRONOUS == mode,
+                           head);
     if (OPAL_UNLIKELY(rc < 0)) {
         if (free_after) {
             free(start);
@@ -1263,21 +1261,62 @@ static void release_recv(RustofiReqHead *head)
     }
 }
 
+/* rustofi_irecv's error is OMPI_ERROR, so that its answer can be returned
+ * as it is. */
+_Static_assert(OMPI_SUCCESS == 0 && OMPI_ERROR == -1, "rustofi_irecv answers 0 or -1");
+
+/* Whether a receive lands in the user's buffer as it is: a homogeneous
+ * type without gaps (or one contiguous element), in host memory. This is
+ * ompi_mtl_datatype_recv_buf's own test, without its calls. */
+static inline __attribute__((always_inline)) bool recv_in_place(
+    const struct opal_convertor_t *convertor)
+{
+    return !opal_convertor_need_buffers(convertor)
+#if OMPI_MAJOR_VERSION >= 5
+           && !opal_convertor_on_device(convertor)
+#endif
+        ;
+}
+
+/* rustofi_mtl_irecv of any other receive (through a bounce buffer, or of
+ * a heterogeneous peer), which a failed post releases. Out of line, so
+ * that the common post saves no registers for it. */
+static __attribute__((noinline)) int irecv_general(struct ompi_communicator_t *comm, int src,
+                                                   int tag, struct opal_convertor_t *convertor,
+                                                   RustofiReqHead *head)
+{
+    int ret = prepare_recv(convertor, head);
+    if (OMPI_SUCCESS != ret) {
+        return ret;
+    }
+    if (0 != rustofi_irecv(recv_cid(comm), src, source_peer(comm, src), tag, head)) {
+        release_recv(head);
+        return OMPI_ERROR;
+    }
+    return OMPI_SUCCESS;
+}
+
 static int rustofi_mtl_irecv(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm,
                              int src, int tag, struct opal_convertor_t *convertor,
                              mca_mtl_request_t *mtl_request)
 {
     RustofiReqHead *head = (RustofiReqHead *) mtl_request;
-    int ret = prepare_recv(convertor, head);
-    if (OMPI_SUCCESS != ret) {
-        return ret;
+    if (OPAL_LIKELY(recv_in_place(convertor))) {
+        /* Where ompi_mtl_datatype_recv_buf would place it: its packed size
+         * is the local size (homogeneous), from the first element on. */
+        size_t length = convertor->local_size;
+        head->convertor = convertor;
+        head->buffer = 0 == length ? NULL
+                     : convertor->pBaseBuf
+                           + convertor->use_desc->desc[convertor->use_desc->used]
+                                 .end_loop.first_elem_disp;
+        head->length = length;
+        head->free_after = false;
+        /* Nothing to release if the post fails: its answer is ours, by a
+         * tail call. */
+        return rustofi_irecv(recv_cid(comm), src, source_peer(comm, src), tag, head);
     }
-    if (0 != rustofi_irecv(recv_cid(comm), src, source_peer(comm, src), tag, head->buffer,
-                           head->length, head)) {
-        release_recv(head);
-        return OMPI_ERROR;
-    }
-    return OMPI_SUCCESS;
+    return irecv_general(comm, src, tag, convertor, head);
 }
 
 static void fill_status(ompi_status_public_t *status, const RustofiStatus *st)

@@ -92,29 +92,33 @@ fn report(r: Result<(), crate::engine::EngineError>) -> c_int {
 /// What `rustofi_isend` returns for a send that is complete already.
 pub const RUSTOFI_SEND_COMPLETE: c_int = 1;
 
-/// Starts a send of `len` contiguous bytes. Returns 0 when started (its
+/// Starts a send of the contiguous bytes the request's head names
+/// (`buffer`, `length`: the user's buffer or the shim's packed copy).
+/// `sync` requests MPI_Ssend semantics. Returns 0 when started (its
 /// completion comes through the send callback), 1 when complete already
 /// (`RUSTOFI_SEND_COMPLETE`: a small send copied into its rail; no
 /// callback follows, the caller completes the request), or a negative
-/// value on error.
+/// value on error. The buffer travels in the request so that the call's
+/// six arguments all go in registers.
 ///
 /// # Safety
-/// `buf` must stay readable for `len` bytes and `req` must point at a
-/// request of `sizeof(mca_mtl_request_t) + rustofi_request_extra()` bytes,
-/// both until the send completes.
+/// `req` must point at a request of `sizeof(mca_mtl_request_t) +
+/// rustofi_request_extra()` bytes whose head's `buffer` is readable for
+/// `length` bytes (`buffer` may be NULL when `length` is 0), both until
+/// the send completes.
 #[no_mangle]
-#[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn rustofi_isend(
     peer: usize,
     ctx: u32,
     my_rank: i32,
     tag: i32,
-    buf: *const c_void,
-    len: usize,
     sync: bool,
     req: *mut RustofiReqHead,
 ) -> c_int {
     with_engine("rustofi_isend", |e, out| {
+        // SAFETY: the contract says `req` points at a valid request head;
+        // its buffer and length are plain fields the shim wrote.
+        let (buf, len) = unsafe { ((*req).buffer, (*req).length) };
         // SAFETY: forwarded from this function's contract.
         let r = unsafe {
             e.isend(
@@ -137,23 +141,32 @@ pub unsafe extern "C" fn rustofi_isend(
     })
 }
 
-/// Posts a receive into `len` contiguous bytes at `buf`. `peer` is the
-/// handle of a specific source (0 for any source): a receive from a peer
-/// that is given up fails instead of waiting.
+/// Posts a receive into the contiguous bytes the request's head names
+/// (`buffer`, `length`: where the shim has put the user's buffer or its
+/// bounce buffer). `peer` is the handle of a specific source (0 for any
+/// source): a receive from a peer that is given up fails instead of
+/// waiting. Returns 0 when posted, -1 (Open MPI's `OMPI_ERROR`) on error:
+/// the shim returns this value as it is, by a tail call, where it has
+/// nothing to release on failure; so the call has five arguments, all in
+/// registers.
 ///
 /// # Safety
-/// As for `rustofi_isend`, with `buf` writable.
+/// `req` must point at a request of `sizeof(mca_mtl_request_t) +
+/// rustofi_request_extra()` bytes whose head's `buffer` is writable for
+/// `length` bytes (`buffer` may be NULL when `length` is 0), both until
+/// the receive completes.
 #[no_mangle]
 pub unsafe extern "C" fn rustofi_irecv(
     ctx: u32,
     src: i32,
     peer: usize,
     tag: i32,
-    buf: *mut c_void,
-    len: usize,
     req: *mut RustofiReqHead,
 ) -> c_int {
     with_engine("rustofi_irecv", |e, out| {
+        // SAFETY: the contract says `req` points at a valid request head;
+        // its buffer and length are plain fields the shim wrote.
+        let (buf, len) = unsafe { ((*req).buffer, (*req).length) };
         // SAFETY: forwarded from this function's contract.
         report(unsafe {
             e.irecv(
