@@ -359,7 +359,9 @@ impl Driver {
     /// ([`InlineSend`]) into its peer's ring now, as the last action of the
     /// current output; a refused one (a full ring, a peer gone) goes back
     /// to the core, whose actions for it are executed here too.
-    #[inline]
+    // Inlined into the engine's send, like the core's half: the packet
+    // is not copied again on its way to the ring.
+    #[inline(always)]
     pub(crate) fn send_inline(&mut self, p: InlineSend, core: &mut Core, out: &mut Out) {
         debug_assert!(out.actions.is_empty(), "actions queued before it go first");
         match self.local.as_mut() {

@@ -141,6 +141,9 @@ impl Core {
     /// Starts a send, or queues it while the peer's send queue is full
     /// ([`super::flow`]). An error refuses it at once (nothing was sent and
     /// no event will follow).
+    // Inlined into the engine's send: as a call, its inline packet was
+    // copied out through `Sent` and `Option` (about 40 instructions).
+    #[inline(always)]
     pub(crate) fn send(&mut self, s: SendArgs, out: &mut Out) -> Result<Sent, CoreError> {
         self.flush_bundles(Some(s.peer), out);
         match self.inline_at_once(&s) {
@@ -169,7 +172,7 @@ impl Core {
     /// to emit, no bundle to fill or flush, no packet in flight to coalesce
     /// behind): the commonest send to a same-host peer, decided with one
     /// look at the peer and its rail. `None` (and nothing done) otherwise.
-    #[inline]
+    #[inline(always)]
     fn inline_at_once(&mut self, s: &SendArgs) -> Option<InlineSend> {
         // The peer is looked up before flow control, which indexes by it:
         // a handle of no peer goes the slow way, to `check_peer`'s error.
