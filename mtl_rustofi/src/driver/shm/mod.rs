@@ -448,7 +448,7 @@ impl ShmRail {
     /// ([`InlineSend`]) into the peer's ring, its header encoded in place;
     /// or hands it back to the core, which sends it as an ordinary packet
     /// (queued behind whatever the ring refused before).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn send_direct_or_refuse(&mut self, p: InlineSend, core: &mut Core, out: &mut Out) {
         let len = p.payload.len();
         if let Err(e) = self.send_inline(p.dest, |h| p.head.encode(len, h), p.payload) {
@@ -480,7 +480,7 @@ impl ShmRail {
     /// user's payload) into the peer's ring. A packet that fits one cell
     /// (an eager message of up to [`SHORT`] bytes) is written there
     /// directly, header and payload without a call to `memcpy`.
-    #[inline]
+    #[inline(always)]
     fn send_inline(
         &mut self,
         dest: FiAddr,
