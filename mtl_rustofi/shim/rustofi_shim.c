@@ -1182,6 +1182,8 @@ start_send(struct ompi_communicator_t *comm, int dest, int tag, struct opal_conv
     if (OPAL_UNLIKELY(rc < 0)) {
         if (free_after) {
             free(start);
+            head->buffer = NULL;
+            head->free_after = false;
         }
         return OMPI_ERROR;
     }
@@ -1244,6 +1246,10 @@ static inline __attribute__((always_inline)) int prepare_recv(struct opal_conver
     if (OMPI_SUCCESS != ret) {
         return ret;
     }
+    if (OPAL_UNLIKELY(NULL == start && length > 0)) {
+        /* Open MPI 4.1 does not check the bounce buffer's allocation. */
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
     head->convertor = convertor;
     head->buffer = start;
     head->length = length;
@@ -1278,9 +1284,10 @@ static inline __attribute__((always_inline)) bool recv_in_place(
         ;
 }
 
-/* rustofi_mtl_irecv of any other receive (through a bounce buffer, or of
- * a heterogeneous peer), which a failed post releases. Out of line, so
- * that the common post saves no registers for it. */
+/* rustofi_mtl_irecv of any other receive (through a bounce buffer: a type
+ * with gaps, a heterogeneous peer, device memory), which a failed post
+ * releases. Out of line, so that the common post saves no registers for
+ * it. */
 static __attribute__((noinline)) int irecv_general(struct ompi_communicator_t *comm, int src,
                                                    int tag, struct opal_convertor_t *convertor,
                                                    RustofiReqHead *head)

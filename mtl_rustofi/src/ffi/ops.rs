@@ -271,8 +271,10 @@ pub unsafe extern "C" fn rustofi_improbe(
 /// Receives a message returned by `rustofi_improbe`.
 ///
 /// # Safety
-/// `msg` must come from `rustofi_improbe` and be used once; the rest as
-/// for `rustofi_irecv`.
+/// `msg` must come from `rustofi_improbe` and be used once; `buf` must
+/// be writable for `len` bytes and `req` must point at a request of
+/// `sizeof(mca_mtl_request_t) + rustofi_request_extra()` bytes, both
+/// until the receive completes.
 #[no_mangle]
 pub unsafe extern "C" fn rustofi_imrecv(
     msg: *mut c_void,
@@ -282,7 +284,8 @@ pub unsafe extern "C" fn rustofi_imrecv(
 ) -> c_int {
     with_engine("rustofi_imrecv", |e, out| {
         // SAFETY: forwarded from this function's contract: `msg` came from
-        // rustofi_improbe and is used once; `buf` and `req` as for irecv.
+        // rustofi_improbe and is used once; `buf`, `len` and `req` as it
+        // says.
         report(unsafe {
             e.imrecv(
                 MessageHandle(msg),
