@@ -1271,31 +1271,12 @@ static void release_recv(RustofiReqHead *head)
  * as it is. */
 _Static_assert(OMPI_SUCCESS == 0 && OMPI_ERROR == -1, "rustofi_irecv answers 0 or -1");
 
-/* Whether a receive lands in the user's buffer as it is: a homogeneous
- * type without gaps (or one contiguous element), in host memory. This is
- * ompi_mtl_datatype_recv_buf's own test, without its calls. */
-static inline __attribute__((always_inline)) bool recv_in_place(
-    const struct opal_convertor_t *convertor)
+/* rustofi_mtl_irecv into a bounce buffer (a type with gaps, a
+ * heterogeneous peer, device memory), which a failed post releases. Out
+ * of line, so that the common post saves no registers for it. */
+static __attribute__((noinline)) int irecv_bounced(struct ompi_communicator_t *comm, int src,
+                                                   int tag, RustofiReqHead *head)
 {
-    return !opal_convertor_need_buffers(convertor)
-#if OMPI_MAJOR_VERSION >= 5
-           && !opal_convertor_on_device(convertor)
-#endif
-        ;
-}
-
-/* rustofi_mtl_irecv of any other receive (through a bounce buffer: a type
- * with gaps, a heterogeneous peer, device memory), which a failed post
- * releases. Out of line, so that the common post saves no registers for
- * it. */
-static __attribute__((noinline)) int irecv_general(struct ompi_communicator_t *comm, int src,
-                                                   int tag, struct opal_convertor_t *convertor,
-                                                   RustofiReqHead *head)
-{
-    int ret = prepare_recv(convertor, head);
-    if (OMPI_SUCCESS != ret) {
-        return ret;
-    }
     if (0 != rustofi_irecv(recv_cid(comm), src, source_peer(comm, src), tag, head)) {
         release_recv(head);
         return OMPI_ERROR;
@@ -1308,22 +1289,16 @@ static int rustofi_mtl_irecv(struct mca_mtl_base_module_t *mtl, struct ompi_comm
                              mca_mtl_request_t *mtl_request)
 {
     RustofiReqHead *head = (RustofiReqHead *) mtl_request;
-    if (OPAL_LIKELY(recv_in_place(convertor))) {
-        /* Where ompi_mtl_datatype_recv_buf would place it: its packed size
-         * is the local size (homogeneous), from the first element on. */
-        size_t length = convertor->local_size;
-        head->convertor = convertor;
-        head->buffer = 0 == length ? NULL
-                     : convertor->pBaseBuf
-                           + convertor->use_desc->desc[convertor->use_desc->used]
-                                 .end_loop.first_elem_disp;
-        head->length = length;
-        head->free_after = false;
-        /* Nothing to release if the post fails: its answer is ours, by a
-         * tail call. */
+    int ret = prepare_recv(convertor, head);
+    if (OPAL_UNLIKELY(OMPI_SUCCESS != ret)) {
+        return ret;
+    }
+    if (OPAL_LIKELY(!head->free_after)) {
+        /* Into the user's buffer: nothing to release if the post fails,
+         * so its answer is ours, by a tail call. */
         return rustofi_irecv(recv_cid(comm), src, source_peer(comm, src), tag, head);
     }
-    return irecv_general(comm, src, tag, convertor, head);
+    return irecv_bounced(comm, src, tag, head);
 }
 
 static void fill_status(ompi_status_public_t *status, const RustofiStatus *st)
@@ -1388,7 +1363,7 @@ static int rustofi_mtl_imrecv(struct mca_mtl_base_module_t *mtl,
     }
     ompi_message_return(*message);
     *message = MPI_MESSAGE_NULL;
-    if (0 != rustofi_imrecv(handle, head->buffer, head->length, head)) {
+    if (0 != rustofi_imrecv(handle, head)) {
         release_recv(head);
         return OMPI_ERROR;
     }

@@ -28,10 +28,10 @@ pub struct RustofiReqHead {
     pub mtl: MtlRequest,
     /// Open MPI convertor of the user buffer (receives: for unpacking).
     pub convertor: *mut c_void,
-    /// The operation's contiguous bytes, which `rustofi_isend` and
-    /// `rustofi_irecv` read from here: the user's buffer, or a bounce
-    /// buffer the shim packed (send) or unpacks (receive); NULL when
-    /// `length` is 0.
+    /// The operation's contiguous bytes, which `rustofi_isend`,
+    /// `rustofi_irecv` and `rustofi_imrecv` read from here: the user's
+    /// buffer, or a bounce buffer the shim packed (send) or unpacks
+    /// (receive); NULL when `length` is 0.
     pub buffer: *mut c_void,
     /// Bytes of `buffer`.
     pub length: usize,

@@ -89,6 +89,15 @@ fn report(r: Result<(), crate::engine::EngineError>) -> c_int {
     }
 }
 
+/// The operation's bytes, as the shim wrote them into the request head.
+///
+/// # Safety
+/// `req` must point at a valid request head.
+unsafe fn head_bytes(req: *mut RustofiReqHead) -> (*mut c_void, usize) {
+    // SAFETY: per the function contract; both are plain fields.
+    unsafe { ((*req).buffer, (*req).length) }
+}
+
 /// What `rustofi_isend` returns for a send that is complete already.
 pub const RUSTOFI_SEND_COMPLETE: c_int = 1;
 
@@ -116,9 +125,8 @@ pub unsafe extern "C" fn rustofi_isend(
     req: *mut RustofiReqHead,
 ) -> c_int {
     with_engine("rustofi_isend", |e, out| {
-        // SAFETY: the contract says `req` points at a valid request head;
-        // its buffer and length are plain fields the shim wrote.
-        let (buf, len) = unsafe { ((*req).buffer, (*req).length) };
+        // SAFETY: the contract says `req` points at a valid request head.
+        let (buf, len) = unsafe { head_bytes(req) };
         // SAFETY: forwarded from this function's contract.
         let r = unsafe {
             e.isend(
@@ -164,9 +172,8 @@ pub unsafe extern "C" fn rustofi_irecv(
     req: *mut RustofiReqHead,
 ) -> c_int {
     with_engine("rustofi_irecv", |e, out| {
-        // SAFETY: the contract says `req` points at a valid request head;
-        // its buffer and length are plain fields the shim wrote.
-        let (buf, len) = unsafe { ((*req).buffer, (*req).length) };
+        // SAFETY: the contract says `req` points at a valid request head.
+        let (buf, len) = unsafe { head_bytes(req) };
         // SAFETY: forwarded from this function's contract.
         report(unsafe {
             e.irecv(
@@ -268,24 +275,19 @@ pub unsafe extern "C" fn rustofi_improbe(
     })
 }
 
-/// Receives a message returned by `rustofi_improbe`.
+/// Receives a message returned by `rustofi_improbe` into the bytes the
+/// request's head names, as `rustofi_irecv` does.
 ///
 /// # Safety
-/// `msg` must come from `rustofi_improbe` and be used once; `buf` must
-/// be writable for `len` bytes and `req` must point at a request of
-/// `sizeof(mca_mtl_request_t) + rustofi_request_extra()` bytes, both
-/// until the receive completes.
+/// `msg` must come from `rustofi_improbe` and be used once; `req` as for
+/// `rustofi_irecv`.
 #[no_mangle]
-pub unsafe extern "C" fn rustofi_imrecv(
-    msg: *mut c_void,
-    buf: *mut c_void,
-    len: usize,
-    req: *mut RustofiReqHead,
-) -> c_int {
+pub unsafe extern "C" fn rustofi_imrecv(msg: *mut c_void, req: *mut RustofiReqHead) -> c_int {
     with_engine("rustofi_imrecv", |e, out| {
+        // SAFETY: the contract says `req` points at a valid request head.
+        let (buf, len) = unsafe { head_bytes(req) };
         // SAFETY: forwarded from this function's contract: `msg` came from
-        // rustofi_improbe and is used once; `buf`, `len` and `req` as it
-        // says.
+        // rustofi_improbe and is used once; `buf` and `req` as for irecv.
         report(unsafe {
             e.imrecv(
                 MessageHandle(msg),
