@@ -45,6 +45,8 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$REPO/tests/lib/counters.sh"
 # shellcheck source=../scripts/ompi-prefix.sh
 . "$REPO/scripts/ompi-prefix.sh"
+# shellcheck source=tests/lib/sockets_rmem.sh
+. "$REPO/tests/lib/sockets_rmem.sh"
 SRC_DIR=$REPO/tests/mpi
 BUILD_DIR=${BUILD_DIR:-$RUSTOFI_TARGET/mpi-tests}
 LOG_DIR=$BUILD_DIR/logs
@@ -593,6 +595,7 @@ if [[ -n "$BASELINE" ]]; then
     PROVIDERS=tcp # one pass; provider-specific runs collapse onto the baseline
 else
     echo "== rustofi from $RUSTOFI_MCA_DIR, providers: $PROVIDERS"
+    if has_provider sockets; then sockets_rmem_raise; fi
 fi
 
 P2P_PROGS="order_wildcard posting_order unexpected_reverse truncate issend

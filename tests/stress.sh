@@ -46,6 +46,8 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=tests/lib/counters.sh
 . "$REPO/tests/lib/counters.sh"
+# shellcheck source=tests/lib/sockets_rmem.sh
+. "$REPO/tests/lib/sockets_rmem.sh"
 SRC=$REPO/tests/mpi/stress/stress_threads.c
 BUILD_DIR=${BUILD_DIR:-$REPO/target/stress}
 LOG_DIR=$BUILD_DIR/logs
@@ -93,6 +95,10 @@ unset OMPI_MCA_pml OMPI_MCA_mtl
 while IFS='=' read -r var _; do
     unset "$var"
 done < <(env | grep -E '^OMPI_MCA_mtl_rustofi_' || true)
+
+if ((RUN_RUSTOFI)) && [[ $PROVIDER == sockets ]]; then
+    sockets_rmem_raise
+fi
 
 mkdir -p "$BUILD_DIR" "$LOG_DIR"
 echo "== building $PROG"

@@ -18,6 +18,13 @@ use std::time::Duration;
 /// before the first report.
 pub(crate) const STALL_AFTER: Duration = Duration::from_secs(10);
 
+/// Said after a report when a stalled rail runs on libfabric's sockets
+/// provider: the one stall of a provider's own that this report cannot
+/// show, and what a site does about it (README, Known limits).
+const SOCKETS_HINT: &str = " (the sockets provider can stop for good when a TCP receive \
+    window closes in the middle of a message header: raise net.ipv4.tcp_rmem's default \
+    to 1 MiB, or use the tcp provider)";
+
 /// A gap between clock rounds longer than this means the process was away
 /// from MPI (computing); what it waits for could not move meanwhile.
 const AWAY: Duration = Duration::from_secs(2);
@@ -95,6 +102,13 @@ impl Core {
             );
         }
         s.pop();
+        if self
+            .rails
+            .iter()
+            .any(|r| r.profile.provider.split(';').next() == Some("sockets"))
+        {
+            s.push_str(SOCKETS_HINT);
+        }
         s
     }
 }
@@ -179,6 +193,24 @@ mod tests {
         rounds(&mut c, 201, 210);
         assert!(c.tick_stall(S(210)).unwrap().contains("for 10 s"));
         drop(c);
+    }
+
+    /// A stall on the sockets provider says what is known to stop that
+    /// provider and what to do; one on another provider does not.
+    #[test]
+    fn a_stall_on_sockets_names_the_providers_own_stall() {
+        for (provider, hint) in [("sockets", true), ("udp;ofi_rxd", false)] {
+            let (mut c, peers) = crate::proto::test_core::net_core(provider, &[2]);
+            let mut data = [5u8; 100];
+            send_one(&mut c, peers[0], &mut data, true);
+            c.stall.moved = true;
+            assert_eq!(c.tick_stall(S(0)), None);
+            rounds(&mut c, 1, 10);
+            let r = c.tick_stall(S(10)).expect("a report at 10 s");
+            assert!(r.contains(&format!("rail 0 ({provider}, Net)")), "{r}");
+            assert_eq!(r.contains("net.ipv4.tcp_rmem"), hint, "{r}");
+            drop(c);
+        }
     }
 
     /// A packet the provider refused (EAGAIN, as rxm does while a broken
