@@ -121,8 +121,8 @@ fn reuse(payloads: &mut [Vec<u8>], done: Vec<usize>, sent: &mut usize) {
 #[test]
 fn inline_sends_into_a_full_ring_are_queued_and_all_arrive_in_order() {
     let (mut a, mut b) = pair(0xb1);
-    // 4,000 bytes and a 48-byte header take 64 cells: the 2,048-cell ring
-    // holds 32 of them.
+    // 4,000 bytes and a 48-byte header take 64 cells: the 4,096-cell ring
+    // of a job of two holds 64 of them.
     const N: i32 = 100;
     let mut payloads: Vec<Vec<u8>> = (0..N).map(|i| vec![i as u8; 4000]).collect();
     let mut sent = 0;
@@ -130,9 +130,9 @@ fn inline_sends_into_a_full_ring_are_queued_and_all_arrive_in_order() {
         let done = send(&mut a, &mut payloads[i], i as i32);
         reuse(&mut payloads, done, &mut sent);
     }
-    // The first 32 went inline; the ring then refused one, which was
+    // The first 64 went inline; the ring then refused one, which was
     // queued, and flow control holds the rest until room is made.
-    assert!(sent > 32 && sent < N as usize, "{sent} sends done at once");
+    assert!(sent > 64 && sent < N as usize, "{sent} sends done at once");
     assert!(
         a.core.busy(),
         "the ring filled and the rest wait in the queue"
@@ -181,8 +181,8 @@ fn inline_sends_into_a_full_ring_are_queued_and_all_arrive_in_order() {
 fn short_inline_sends_of_every_length_fill_the_ring_and_arrive_intact() {
     let (mut a, mut b) = pair(0xb2);
     // Payloads of 0 to 9 bytes: up to 8 a packet takes one cell, written
-    // in place; 9 takes two. 3,000 of them overfill the 2,048-cell ring.
-    const N: usize = 3000;
+    // in place; 9 takes two. 6,000 of them overfill the 4,096-cell ring.
+    const N: usize = 6000;
     let body = |i: usize| -> Vec<u8> { (0..i % 10).map(|k| (i * 7 + k) as u8).collect() };
     let mut payloads: Vec<Vec<u8>> = (0..N).map(body).collect();
     let mut sent = 0;
@@ -248,7 +248,7 @@ fn edge_lengths_arrive_whole_into_specific_receives() {
     const LENS: [usize; 22] = [
         0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 24, 31, 32, 33, 55, 56, 57, 64, 100,
     ];
-    const N: usize = 2300;
+    const N: usize = 4600;
     let len_of = |i: usize| LENS[(i * 7 + i / LENS.len()) % LENS.len()];
     // Receive capacity: exact, larger, or one byte short.
     let cap_of = |i: usize| match i % 3 {
@@ -279,8 +279,8 @@ fn edge_lengths_arrive_whole_into_specific_receives() {
             sent += 1;
         }
         // Let the ring fill now and then.
-        if i % 1500 == 1499 || i + 1 == N {
-            if i == 1499 {
+        if i % 3000 == 2999 || i + 1 == N {
+            if i == 2999 {
                 assert!(sent < i + 1, "the ring filled: {sent} of {}", i + 1);
             }
             for _ in 0..200 {

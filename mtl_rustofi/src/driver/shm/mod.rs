@@ -243,7 +243,7 @@ impl ShmRail {
         let cma_off = cma::probe().err();
         let host = segment::host_id();
         let seg = Arc::new(Segment::attach(job.jobid, host, job.size)?);
-        let max = ring::max_packet(segment::RING_CELLS) - wire::EXT_LEN;
+        let max = ring::max_packet(segment::MIN_RING_CELLS) - wire::EXT_LEN;
         let eager_limit = settings.eager_limit.unwrap_or(DEFAULT_EAGER).min(max);
         let buf_size = wire::BASE_LEN + eager_limit.max(wire::EXT_LEN - wire::BASE_LEN);
         let read_ok = cma_off.is_none();

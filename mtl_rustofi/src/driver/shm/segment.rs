@@ -19,22 +19,54 @@ use super::ring::{Raw, CELL};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Cells per ring: 128 KiB, eight of the largest eager packets.
-pub(crate) const RING_CELLS: usize = 2048;
+/// Cells per ring at the least: 128 KiB, eight of the largest eager
+/// packets. The rail's packet limit is set from it, so it is the same
+/// whatever size a job's rings have.
+pub(crate) const MIN_RING_CELLS: usize = 2048;
+/// Cells per ring at the most: 256 KiB. A core's rings, the one it fills
+/// and the one it empties, then stay within its 1 MiB L2 cache together
+/// with what else it touches; with 512 KiB rings the small messages were
+/// slower again.
+const MAX_RING_CELLS: usize = 4096;
+/// What the rings of one segment may take together before they shrink
+/// towards [`MIN_RING_CELLS`]: the segment grows with the square of the
+/// local ranks.
+const RINGS_BUDGET: usize = 64 << 20;
 const _: () = assert!(
-    RING_CELLS.is_power_of_two(),
+    MIN_RING_CELLS.is_power_of_two() && MAX_RING_CELLS.is_power_of_two(),
     "rings index cells with a mask"
 );
 /// Bytes of the header (the attach count on a line of its own).
 const HEADER: usize = 4096;
-/// Bytes of one ring: the consumer's tail line, then the cells.
-const RING_BYTES: usize = CELL + RING_CELLS * CELL;
+
+/// Cells per ring in the segment of `ranks` local ranks: the largest power
+/// of two within the budget, from [`MIN_RING_CELLS`] to [`MAX_RING_CELLS`]
+/// (4,096 up to 16 ranks, 2,048 beyond). A window of 64
+/// messages of 2 KiB (33 cells each) would overfill a ring of 2,048 and
+/// make the sender wait for the receiver in the middle of every window.
+/// Every local rank computes it from the same count, so all agree.
+pub(crate) fn ring_cells(ranks: usize) -> usize {
+    let fit = RINGS_BUDGET / (ranks.max(1) * ranks.max(1) * CELL);
+    let pow2 = match fit {
+        0 => 0,
+        f => 1 << (usize::BITS - 1 - f.leading_zeros()),
+    };
+    pow2.clamp(MIN_RING_CELLS, MAX_RING_CELLS)
+}
+
+/// Bytes of one ring of `cells` cells: the consumer's tail line, then the
+/// cells.
+fn ring_bytes(cells: usize) -> usize {
+    CELL + cells * CELL
+}
 
 /// A mapped segment.
 pub(crate) struct Segment {
     base: *mut u8,
     len: usize,
     ranks: usize,
+    /// Cells per ring ([`ring_cells`] of `ranks`).
+    cells: usize,
     path: String,
 }
 
@@ -62,7 +94,7 @@ pub(crate) fn host_id() -> u32 {
 
 /// Size of the segment of `ranks` local ranks.
 pub(crate) fn size(ranks: usize) -> usize {
-    HEADER + ranks * ranks * RING_BYTES
+    HEADER + ranks * ranks * ring_bytes(ring_cells(ranks))
 }
 
 fn os_error(what: &str, name: &str) -> String {
@@ -96,6 +128,7 @@ impl Segment {
             base,
             len,
             ranks,
+            cells: ring_cells(ranks),
             path: format!("/dev/shm{name}"),
         };
         let n = seg.attached().fetch_add(1, Ordering::AcqRel) + 1;
@@ -159,15 +192,21 @@ impl Segment {
         &self.path
     }
 
+    /// Where the ring from local rank `from` to local rank `to` starts.
+    fn ring_offset(&self, from: usize, to: usize) -> usize {
+        assert!(from < self.ranks && to < self.ranks);
+        HEADER + (from * self.ranks + to) * ring_bytes(self.cells)
+    }
+
     /// The ring from local rank `from` to local rank `to`.
     pub(crate) fn ring(&self, from: usize, to: usize) -> Raw {
-        assert!(from < self.ranks && to < self.ranks);
-        let off = HEADER + (from * self.ranks + to) * RING_BYTES;
-        // SAFETY: the ring lies within the mapping (checked indices), its
-        // tail line and cells 64-byte aligned (page-aligned base, HEADER
-        // and RING_BYTES multiples of 64); the mapping outlives every Raw
-        // (the rail drops its rings before the segment).
-        unsafe { Raw::new(self.base.add(off), self.base.add(off + CELL), RING_CELLS) }
+        let off = self.ring_offset(from, to);
+        // SAFETY: the ring lies within the mapping (checked indices; the
+        // mapping is `size(ranks)` long), its tail line and cells 64-byte
+        // aligned (page-aligned base, HEADER and ring_bytes multiples of
+        // 64); the mapping outlives every Raw (the rail drops its rings
+        // before the segment).
+        unsafe { Raw::new(self.base.add(off), self.base.add(off + CELL), self.cells) }
     }
 }
 
@@ -187,9 +226,9 @@ impl Segment {
         assert!(from < self.ranks && to < self.ranks);
         // SAFETY: sysconf has no preconditions.
         let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
-        let off = HEADER + (from * self.ranks + to) * RING_BYTES;
+        let off = self.ring_offset(from, to);
         let start = off / page * page;
-        let end = (off + RING_BYTES).div_ceil(page) * page;
+        let end = (off + ring_bytes(self.cells)).div_ceil(page) * page;
         let end = end.min(self.len);
         // SAFETY: a page-aligned range inside our mapping (`off` lies in it
         // and the end is clamped to it); the advice changes no contents.
@@ -212,9 +251,9 @@ impl Segment {
     pub(crate) fn resident_pages(&self, from: usize, to: usize) -> (usize, usize) {
         // SAFETY: sysconf has no preconditions.
         let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
-        let off = HEADER + (from * self.ranks + to) * RING_BYTES + CELL;
+        let off = self.ring_offset(from, to) + CELL;
         let start = off.div_ceil(page) * page;
-        let end = (off + RING_CELLS * CELL) / page * page;
+        let end = (off + self.cells * CELL) / page * page;
         let mut v = vec![0u8; (end - start) / page];
         // SAFETY: a page-aligned range inside our mapping, and one vector
         // byte per page of it.
@@ -249,10 +288,18 @@ unsafe impl Sync for Segment {}
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::super::ring::Cells;
     use super::*;
 
     fn exists(p: &str) -> bool {
         std::path::Path::new(p).exists()
+    }
+
+    /// Removes the name of a segment not every rank attached to.
+    fn unlink(job: u32, host: u32) {
+        let c = CString::new(name(job, host)).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::shm_unlink(c.as_ptr()) }, 0);
     }
 
     #[test]
@@ -263,6 +310,7 @@ mod tests {
         // The same job on another host (sharing /dev/shm) has its own.
         let other = Segment::attach(job, 2, 2).unwrap();
         assert_ne!(other.path(), a.path());
+        unlink(job, 2);
         let b = Segment::attach(job, 1, 2).unwrap();
         assert!(!exists(a.path()), "unlinked once both attached");
         // What one mapping's producer writes the other's consumer reads.
@@ -289,6 +337,41 @@ mod tests {
         assert!(c.pop(|x| got.extend_from_slice(x)).unwrap());
         assert_eq!(got, b"primed");
         assert!(!c.pop(|_| {}).unwrap());
+    }
+
+    #[test]
+    fn rings_are_as_large_as_the_budget_allows_within_bounds() {
+        let cells: Vec<usize> = [1, 2, 8, 11, 12, 16, 17, 23, 64, 192, 65535]
+            .iter()
+            .map(|&n| ring_cells(n))
+            .collect();
+        assert_eq!(
+            cells,
+            [4096, 4096, 4096, 4096, 4096, 4096, 2048, 2048, 2048, 2048, 2048]
+        );
+        for n in [1, 11, 12, 16] {
+            assert!(n * n * ring_bytes(ring_cells(n)) <= RINGS_BUDGET + n * n * CELL);
+        }
+        // Each ring of a mapped segment has its own cells, the last one
+        // ending at the end of the mapping.
+        let job = 0xfc00_0000 | std::process::id();
+        let s = Segment::attach(job, 1, 1).unwrap();
+        assert_eq!(s.cells, 4096);
+        assert_eq!(s.len, HEADER + ring_bytes(4096));
+        assert_eq!(s.ring(0, 0).count(), 4096);
+        let mut p = super::super::ring::Producer::new(s.ring(0, 0));
+        let cell = [0u8; CELL - 8];
+        let mut pushed = 0;
+        while p.push(&[&cell]).is_ok() {
+            pushed += 1;
+        }
+        assert_eq!(pushed, 4096, "one cell per packet until the ring is full");
+        // Beyond 16 ranks the rings have the smaller size; the last ring
+        // ends where the mapping does.
+        let s = Segment::attach(job, 2, 17).unwrap();
+        unlink(job, 2);
+        assert_eq!((s.cells, s.ring(16, 16).count()), (2048, 2048));
+        assert_eq!(s.ring_offset(16, 16) + ring_bytes(2048), s.len);
     }
 
     #[test]

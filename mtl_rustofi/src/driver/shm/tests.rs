@@ -76,8 +76,9 @@ fn a_full_ring_pushes_back_and_loses_nothing() {
             Err(e) => panic!("{e:?}"),
         }
     }
-    // 1000 bytes take 16 cells: 128 packets fill the 2,048 cells.
-    assert_eq!(sent, 128);
+    // 1000 bytes take 16 cells: 256 packets fill the 4,096 cells of a
+    // pair's ring.
+    assert_eq!(sent, 256);
     let rx = &mut b.rx[0].1;
     let mut got = 0;
     while rx.pop(|p| assert_eq!(p, &pkt[..])).unwrap() {
