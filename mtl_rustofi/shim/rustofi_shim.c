@@ -897,7 +897,7 @@ static int excid_send(ompi_communicator_t *comm, int dest)
         return OMPI_ERROR;
     }
     __atomic_add_fetch(&excid_nsent, 1, __ATOMIC_RELAXED);
-    if (RUSTOFI_SEND_COMPLETE == rc) {
+    if (rc > 0) {
         cb_send_complete(&s->b.u.head, STATUS_OK);
     }
     return OMPI_SUCCESS;
@@ -1153,6 +1153,9 @@ static inline __attribute__((always_inline)) int send_buffer(struct opal_convert
     return ompi_mtl_datatype_pack(convertor, start, length, free_after);
 }
 
+/* Starts a send. Returns rustofi_isend's answer, 0 (started) or
+ * RUSTOFI_SEND_COMPLETE / RUSTOFI_SEND_FLUSHED (complete already: the
+ * caller completes the request), or an Open MPI error (negative). */
 static inline __attribute__((always_inline)) int
 start_send(struct ompi_communicator_t *comm, int dest, int tag, struct opal_convertor_t *convertor,
            mca_pml_base_send_mode_t mode, RustofiReqHead *head)
@@ -1187,19 +1190,25 @@ start_send(struct ompi_communicator_t *comm, int dest, int tag, struct opal_conv
         }
         return OMPI_ERROR;
     }
-    if (RUSTOFI_SEND_COMPLETE == rc) {
-        /* Copied into its rail already: no callback follows. */
-        cb_send_complete(head, STATUS_OK);
-    }
-    return OMPI_SUCCESS;
+    return rc;
 }
+
+_Static_assert(OMPI_SUCCESS == 0 && RUSTOFI_SEND_COMPLETE > 0 && RUSTOFI_SEND_FLUSHED > 0,
+               "start_send's answers: errors negative, started 0, complete positive");
 
 static int rustofi_mtl_isend(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm,
                              int dest, int tag, struct opal_convertor_t *convertor,
                              mca_pml_base_send_mode_t mode, bool blocking,
                              mca_mtl_request_t *mtl_request)
 {
-    return start_send(comm, dest, tag, convertor, mode, (RustofiReqHead *) mtl_request);
+    RustofiReqHead *head = (RustofiReqHead *) mtl_request;
+    int rc = start_send(comm, dest, tag, convertor, mode, head);
+    if (rc <= 0) {
+        return rc;
+    }
+    /* Copied into its rail already: no callback follows. */
+    cb_send_complete(head, STATUS_OK);
+    return OMPI_SUCCESS;
 }
 
 static void blocking_done(struct mca_mtl_request_t *req)
@@ -1216,9 +1225,20 @@ static int rustofi_send(struct mca_mtl_base_module_t *mtl, struct ompi_communica
     b.u.head.mtl.completion_callback = (void (*)(MtlRequest *)) blocking_done;
     b.done = 0;
     b.error = OMPI_SUCCESS;
-    int ret = start_send(comm, dest, tag, convertor, mode, &b.u.head);
-    if (OMPI_SUCCESS != ret) {
-        return ret;
+    int rc = start_send(comm, dest, tag, convertor, mode, &b.u.head);
+    if (OPAL_LIKELY(RUSTOFI_SEND_FLUSHED == rc)) {
+        /* Copied into its rail, nothing queued behind: done, without the
+         * request's callback and the queue's question below. */
+        if (OPAL_UNLIKELY(b.u.head.free_after)) {
+            free(b.u.head.buffer);
+        }
+        return OMPI_SUCCESS;
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    if (RUSTOFI_SEND_COMPLETE == rc) {
+        cb_send_complete(&b.u.head, STATUS_OK);
     }
     while (!b.done) {
         opal_progress();

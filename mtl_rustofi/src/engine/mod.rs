@@ -602,6 +602,14 @@ impl Engine {
             .is_some_and(|w| w.skip(self.handoff.inbox_is_empty()))
     }
 
+    /// Whether nothing waits in the component's queues for a rail to take
+    /// it (`rustofi_tx_queued`'s answer, negated). One load, no token:
+    /// right after a send, what that send left.
+    #[inline]
+    pub(crate) fn tx_flushed(&self) -> bool {
+        !self.stats.tx_queued.load(Ordering::Relaxed)
+    }
+
     /// Waits (driving progress) until every transfer has finished, or the
     /// timeout passes (then says what is still pending).
     pub(crate) fn quiesce(&self, timeout: Duration, out: &mut Finished) -> bool {

@@ -23,7 +23,13 @@ struct Rank {
 }
 
 fn pair() -> (Rank, Rank) {
-    let jobid = 0xe2 << 24 | std::process::id() & 0xff_ffff;
+    pair_in_job(0xe2)
+}
+
+/// A pair in a job of its own (`job` tells the segments of tests that
+/// run at once apart).
+fn pair_in_job(job: u32) -> (Rank, Rank) {
+    let jobid = job << 24 | std::process::id() & 0xff_ffff;
     let open = |rank: usize| {
         let settings = config::validate(&config::test_params()).unwrap();
         let same = SameHost {
@@ -214,6 +220,144 @@ fn ring_only_rounds_leave_no_work_behind_and_run_when_idle() {
             "an idle rank still polls the whole way"
         );
     }
+}
+
+/// A send complete at once says whether anything waits in the sender's
+/// queues (`Engine::tx_flushed`), and the shim's blocking send returns
+/// without waiting only when nothing does: true while the ring takes the
+/// sends, false from the first send the full ring refused (its copy
+/// waits in the core; the sends behind it wait as well, complete at once
+/// or not), true again once the receiver has made room.
+#[test]
+fn a_send_complete_at_once_says_whether_anything_waits() {
+    const SMALL: usize = 8;
+    const SENDS: usize = 6_000; // more than a ring of 4,096 cells holds
+    let (a, b) = pair_in_job(0xe3);
+    let payload = [0x5au8; SMALL];
+    let mut sends = requests(SENDS + 1);
+    let mut out = Finished::new();
+    // Per send: complete at once, and whether nothing waited after it.
+    let mut at_once = Vec::with_capacity(SENDS);
+    for (i, r) in sends.iter_mut().take(SENDS).enumerate() {
+        // SAFETY: the payload and the requests outlive the engines' use of
+        // them (every send completes before the test ends, checked below).
+        let started = unsafe {
+            a.engine
+                .isend(
+                    a.peer,
+                    1,
+                    0,
+                    i as i32,
+                    payload.as_ptr(),
+                    SMALL,
+                    false,
+                    req(r),
+                    &mut out,
+                )
+                .unwrap()
+        };
+        at_once.push((started == Started::Complete, a.engine.tx_flushed()));
+    }
+    // Sends that did not complete at once but were copied meanwhile
+    // complete through the list.
+    let mut completed_later = 0;
+    out.deliver(|c| match c {
+        Completion::Send { status, .. } => {
+            assert_eq!(status, Status::Ok);
+            completed_later += 1;
+        }
+        other => panic!("the sender got {other:?}"),
+    });
+    let first_waiting = at_once
+        .iter()
+        .position(|&(_, flushed)| !flushed)
+        .expect("the ring never filled, so no send waited");
+    assert!(
+        first_waiting > 1000,
+        "the ring refused send {first_waiting}"
+    );
+    assert!(
+        at_once[..first_waiting].iter().all(|&(done, _)| done),
+        "a send the ring took was not complete at once"
+    );
+    assert!(
+        at_once[first_waiting].0,
+        "the first refused small send was not copied and complete at once"
+    );
+    assert!(
+        at_once[first_waiting..]
+            .iter()
+            .all(|&(_, flushed)| !flushed),
+        "a send behind a waiting copy said nothing waits"
+    );
+    let mut pending = at_once.iter().filter(|&&(done, _)| !done).count() - completed_later;
+
+    // The receiver takes every message; the sender's queue empties.
+    let mut bufs = vec![[0u8; SMALL]; SENDS];
+    let mut recvs = requests(SENDS);
+    for (i, (buf, r)) in bufs.iter_mut().zip(recvs.iter_mut()).enumerate() {
+        let sel = Selector {
+            ctx: 1,
+            src: Source::Rank(0),
+            tag: Tag::Value(i as i32),
+        };
+        // SAFETY: as for the sends.
+        unsafe {
+            b.engine
+                .irecv(sel, None, buf.as_mut_ptr(), SMALL, req(r), &mut out)
+                .unwrap();
+        }
+    }
+    let mut got = 0;
+    let mut rounds = 0u64;
+    let mut a_out = Finished::new();
+    while got < SENDS || pending > 0 || !a.engine.tx_flushed() {
+        rounds += 1;
+        assert!(
+            rounds < 1_000_000,
+            "stuck: {got} of {SENDS} received, {pending} sends pending"
+        );
+        a.engine.progress(&mut a_out);
+        a_out.deliver(|c| match c {
+            Completion::Send { status, .. } => {
+                assert_eq!(status, Status::Ok);
+                pending -= 1;
+            }
+            other => panic!("the sender got {other:?}"),
+        });
+        b.engine.progress(&mut out);
+        out.deliver(|c| match c {
+            Completion::Recv {
+                tag, bytes, status, ..
+            } => {
+                assert_eq!((tag, bytes, status), (got as i32, SMALL, Status::Ok));
+                got += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        });
+    }
+    assert!(bufs.iter().all(|b| *b == payload));
+    // SAFETY: as above; the receiver never takes this one.
+    let started = unsafe {
+        a.engine
+            .isend(
+                a.peer,
+                1,
+                0,
+                -1,
+                payload.as_ptr(),
+                SMALL,
+                false,
+                req(&mut sends[SENDS]),
+                &mut out,
+            )
+            .unwrap()
+    };
+    assert_eq!(started, Started::Complete);
+    assert!(
+        a.engine.tx_flushed(),
+        "a drained sender still says a send waits"
+    );
 }
 
 /// The entry points as the shim calls them, each behind a call of its

@@ -101,13 +101,21 @@ unsafe fn head_bytes(req: *mut RustofiReqHead) -> (*mut c_void, usize) {
 /// What `rustofi_isend` returns for a send that is complete already.
 pub const RUSTOFI_SEND_COMPLETE: c_int = 1;
 
+/// What `rustofi_isend` returns for a send that is complete already while
+/// nothing waits in the component's queues (`rustofi_tx_queued` would
+/// answer 0): a blocking send may return at once.
+pub const RUSTOFI_SEND_FLUSHED: c_int = 2;
+
 /// Starts a send of the contiguous bytes the request's head names
 /// (`buffer`, `length`: the user's buffer or the shim's packed copy).
 /// `sync` requests MPI_Ssend semantics. Returns 0 when started (its
 /// completion comes through the send callback), 1 when complete already
 /// (`RUSTOFI_SEND_COMPLETE`: a small send copied into its rail; no
-/// callback follows, the caller completes the request), or a negative
-/// value on error. The buffer travels in the request so that the call's
+/// callback follows, the caller completes the request), 2 when complete
+/// already and nothing waits in the component's queues
+/// (`RUSTOFI_SEND_FLUSHED`: as 1, and the answer `rustofi_tx_queued`
+/// would give at once is 0, so that a blocking send need not ask), or a
+/// negative value on error. The buffer travels in the request so that the call's
 /// six arguments all go in registers.
 ///
 /// # Safety
@@ -142,6 +150,9 @@ pub unsafe extern "C" fn rustofi_isend(
             )
         };
         match r {
+            // The load `rustofi_tx_queued` makes, made here: the usual
+            // blocking send then returns without another call.
+            Ok(Started::Complete) if e.tx_flushed() => RUSTOFI_SEND_FLUSHED,
             Ok(Started::Complete) => RUSTOFI_SEND_COMPLETE,
             Ok(Started::Pending) => 0,
             Err(e) => report(Err(e)),
