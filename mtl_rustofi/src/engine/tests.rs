@@ -83,6 +83,32 @@ fn index_of(reqs: &[MaybeUninit<Request>], done: crate::proto::ids::ReqId) -> us
         .expect("a completion for a request of this test")
 }
 
+/// Posts receive `i` (from rank 0 in context 1, tag `i`) into `bufs[i]`.
+///
+/// # Safety
+/// The buffers and requests must stay where they are, untouched, until
+/// every receive has completed.
+unsafe fn post_by_tag<B: AsMut<[u8]>>(
+    e: &Engine,
+    bufs: &mut [B],
+    recvs: &mut [MaybeUninit<Request>],
+    out: &mut Finished,
+) {
+    for (i, (buf, r)) in bufs.iter_mut().zip(recvs.iter_mut()).enumerate() {
+        let buf = buf.as_mut();
+        let sel = Selector {
+            ctx: 1,
+            src: Source::Rank(0),
+            tag: Tag::Value(i as i32),
+        };
+        // SAFETY: per the function contract.
+        unsafe {
+            e.irecv(sel, None, buf.as_mut_ptr(), buf.len(), req(r), out)
+                .unwrap();
+        }
+    }
+}
+
 #[test]
 fn ring_only_rounds_leave_no_work_behind_and_run_when_idle() {
     let (a, b) = pair();
@@ -135,26 +161,9 @@ fn ring_only_rounds_leave_no_work_behind_and_run_when_idle() {
     );
 
     // The receiver posts every receive, then both poll until all is in.
-    for (i, buf) in bufs.iter_mut().enumerate() {
-        let sel = Selector {
-            ctx: 1,
-            src: Source::Rank(0),
-            tag: Tag::Value(i as i32),
-        };
-        // SAFETY: as for the sends.
-        unsafe {
-            b.engine
-                .irecv(
-                    sel,
-                    None,
-                    buf.as_mut_ptr(),
-                    LEN,
-                    req(&mut recvs[i]),
-                    &mut out,
-                )
-                .unwrap();
-        }
-    }
+    // SAFETY: the buffers and requests are neither moved nor read until
+    // the loop below has seen every receive complete.
+    unsafe { post_by_tag(&b.engine, &mut bufs, &mut recvs, &mut out) };
     let mut rounds = 0u64;
     let mut a_out = Finished::new();
     while got.iter().any(Option::is_none) || sent.iter().any(|s| !s) {
@@ -295,19 +304,9 @@ fn a_send_complete_at_once_says_whether_anything_waits() {
     // The receiver takes every message; the sender's queue empties.
     let mut bufs = vec![[0u8; SMALL]; SENDS];
     let mut recvs = requests(SENDS);
-    for (i, (buf, r)) in bufs.iter_mut().zip(recvs.iter_mut()).enumerate() {
-        let sel = Selector {
-            ctx: 1,
-            src: Source::Rank(0),
-            tag: Tag::Value(i as i32),
-        };
-        // SAFETY: as for the sends.
-        unsafe {
-            b.engine
-                .irecv(sel, None, buf.as_mut_ptr(), SMALL, req(r), &mut out)
-                .unwrap();
-        }
-    }
+    // SAFETY: the buffers and requests are neither moved nor read until
+    // the loop below has seen every receive complete.
+    unsafe { post_by_tag(&b.engine, &mut bufs, &mut recvs, &mut out) };
     let mut got = 0;
     let mut rounds = 0u64;
     let mut a_out = Finished::new();
