@@ -464,6 +464,22 @@ static uint64_t proc_name64(const opal_process_name_t *name)
 /* Completion callbacks, called by the Rust library after it has released its
  * progress token (so a callback may start new operations). */
 
+/* A receive through a bounce buffer, complete: unpacks it into the user's
+ * datatype and frees it. Out of line, so that the common completion (into
+ * the user's buffer) is a leaf that saves no registers and ends in a tail
+ * call. */
+static __attribute__((noinline)) void unpack_bounce(RustofiReqHead *head, size_t bytes)
+{
+    if (bytes > 0) {
+        /* unpacks into the user's datatype and frees the buffer */
+        ompi_mtl_datatype_unpack((struct opal_convertor_t *) head->convertor, head->buffer, bytes);
+    } else {
+        free(head->buffer);
+    }
+    head->buffer = NULL;
+    head->free_after = false;
+}
+
 static void cb_recv_complete(RustofiReqHead *head, int32_t src, int32_t tag, size_t bytes,
                              int status)
 {
@@ -474,16 +490,8 @@ static void cb_recv_complete(RustofiReqHead *head, int32_t src, int32_t tag, siz
     st->_ucount = bytes;
     st->MPI_ERROR = STATUS_OK == status ? OMPI_SUCCESS
                   : STATUS_TRUNCATED == status ? MPI_ERR_TRUNCATE : MPI_ERR_OTHER;
-    if (head->free_after) {
-        if (bytes > 0) {
-            /* unpacks into the user's datatype and frees the buffer */
-            ompi_mtl_datatype_unpack((struct opal_convertor_t *) head->convertor, head->buffer,
-                                     bytes);
-        } else {
-            free(head->buffer);
-        }
-        head->buffer = NULL;
-        head->free_after = false;
+    if (OPAL_UNLIKELY(head->free_after)) {
+        unpack_bounce(head, bytes);
     }
     req->completion_callback(req);
 }
@@ -498,21 +506,36 @@ typedef struct {
     int error;
 } rustofi_blocking_t;
 
-static void cb_send_complete(RustofiReqHead *head, int status)
+/* A send's completion handed to Open MPI. */
+static inline __attribute__((always_inline)) void send_done(RustofiReqHead *head, int status)
 {
     mca_mtl_request_t *req = (mca_mtl_request_t *) head;
     int err = STATUS_OK == status ? OMPI_SUCCESS : MPI_ERR_OTHER;
-    if (head->free_after) {
-        free(head->buffer);
-        head->buffer = NULL;
-        head->free_after = false;
-    }
     if (NULL != req->ompi_req) {
         req->ompi_req->req_status.MPI_ERROR = err;
     } else {
         ((rustofi_blocking_t *) head)->error = err;
     }
     req->completion_callback(req);
+}
+
+/* The completion of a send whose bytes were packed into a copy (a type with
+ * gaps): frees the copy first. Out of line, as unpack_bounce is. */
+static __attribute__((noinline)) void send_done_bounced(RustofiReqHead *head, int status)
+{
+    free(head->buffer);
+    head->buffer = NULL;
+    head->free_after = false;
+    send_done(head, status);
+}
+
+static void cb_send_complete(RustofiReqHead *head, int status)
+{
+    if (OPAL_UNLIKELY(head->free_after)) {
+        send_done_bounced(head, status);
+        return;
+    }
+    send_done(head, status);
 }
 
 static void cb_cancel_complete(RustofiReqHead *head)
