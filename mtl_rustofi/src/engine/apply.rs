@@ -204,6 +204,20 @@ pub(super) unsafe fn apply_send(st: &mut State, args: SendArgs, req: ReqPtr) -> 
     None
 }
 
+/// An inline packet that actions queued before it must precede (commands
+/// applied from the inbox, a bundle flushed by the send): those first,
+/// then the packet, as [`Engine::start`]'s common path sends it. Out of
+/// line, so that the common path, with nothing queued, keeps the packet's
+/// fields in registers rather than on the stack across this call.
+///
+/// [`Engine::start`]: super::Engine
+#[cold]
+#[inline(never)]
+pub(super) fn execute_then_send(st: &mut State, p: InlineSend) {
+    st.driver.execute(&mut st.core, &mut st.out);
+    st.driver.send_inline(p, &mut st.core, &mut st.out);
+}
+
 /// Posts a receive (token held), from the inbox or straight from its
 /// caller.
 ///

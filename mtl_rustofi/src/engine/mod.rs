@@ -34,7 +34,8 @@ mod peers;
 mod tests;
 
 use apply::{
-    apply, apply_all, apply_mrecv, apply_recv, apply_send, clock_due, full_round, ring_round,
+    apply, apply_all, apply_mrecv, apply_recv, apply_send, clock_due, execute_then_send,
+    full_round, ring_round,
 };
 use idle::IdleWatch;
 use peers::add_peer;
@@ -500,16 +501,25 @@ impl Engine {
                     apply(st, cmd);
                 }
                 let inline = direct(st);
-                if !st.out.actions.is_empty() {
-                    st.driver.execute(&mut st.core, &mut st.out);
-                }
-                if let Some(p) = inline {
+                match inline {
                     // After what was queued before it, as if it were the
                     // last action; complete for MPI once the driver has it
                     // (or, if it refused the packet, the core has copied
-                    // it).
-                    st.driver.send_inline(p, &mut st.core, &mut st.out);
-                    started = Started::Complete;
+                    // it). With nothing queued before it (the common
+                    // case) the packet goes straight on, its fields in
+                    // registers: no call comes between.
+                    Some(p) if st.out.actions.is_empty() => {
+                        st.driver.send_inline(p, &mut st.core, &mut st.out);
+                        started = Started::Complete;
+                    }
+                    Some(p) => {
+                        execute_then_send(st, p);
+                        started = Started::Complete;
+                    }
+                    None if !st.out.actions.is_empty() => {
+                        st.driver.execute(&mut st.core, &mut st.out);
+                    }
+                    None => {}
                 }
                 out.take_from(&mut st.out.events);
                 if let Some(w) = &self.idle {

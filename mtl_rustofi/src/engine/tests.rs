@@ -237,6 +237,145 @@ fn ring_only_rounds_leave_no_work_behind_and_run_when_idle() {
 /// sends, false from the first send the full ring refused (its copy
 /// waits in the core; the sends behind it wait as well, complete at once
 /// or not), true again once the receiver has made room.
+/// A send queued while another thread held the token goes before the
+/// send of the thread that takes the token next: that thread applies the
+/// queued send first (its packet becomes an action) and then writes its
+/// own packet, after that action (the out-of-line way of
+/// `execute_then_send`, not the common one with nothing queued). The
+/// receiver gets both in order, and the queued send completes once,
+/// through the list of the call that applied it.
+#[test]
+fn a_queued_send_goes_before_the_next_direct_one() {
+    const SMALL: usize = 8;
+    let (a, b) = pair_in_job(0xe4);
+    let payloads = [[0x11u8; SMALL], [0x22u8; SMALL]];
+    let mut sends = requests(2);
+    let (first, second) = sends.split_at_mut(1);
+    let mut out = Finished::new();
+    let send = |i: usize, r: &mut MaybeUninit<Request>, out: &mut Finished| {
+        // SAFETY: the payloads and the requests outlive the engines' use
+        // of them (both sends complete before the test ends, checked
+        // below).
+        unsafe {
+            a.engine
+                .isend(
+                    a.peer,
+                    1,
+                    0,
+                    i as i32,
+                    payloads[i].as_ptr(),
+                    SMALL,
+                    false,
+                    req(r),
+                    out,
+                )
+                .unwrap()
+        }
+    };
+    // Another thread holds the token while this one sends: the send is
+    // queued, not started.
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (hold_tx, hold_rx) = std::sync::mpsc::channel::<()>();
+    let shared = Shared(&a.engine);
+    std::thread::scope(|scope| {
+        let holder = scope.spawn(move || {
+            let e = shared.engine();
+            e.handoff
+                .with_token(|_, batch| {
+                    assert!(batch.is_empty(), "nothing was queued yet");
+                    held_tx.send(()).unwrap();
+                    hold_rx.recv().unwrap();
+                })
+                .unwrap();
+        });
+        held_rx.recv().unwrap();
+        assert_eq!(send(0, &mut first[0], &mut out), Started::Pending);
+        hold_tx.send(()).unwrap();
+        holder.join().unwrap();
+    });
+    assert!(
+        !a.engine.handoff.inbox_is_empty(),
+        "the first send was not queued"
+    );
+    // The next send takes the token and applies the queued one first.
+    assert_eq!(send(1, &mut second[0], &mut out), Started::Complete);
+    let mut completed = Vec::new();
+    out.deliver(|c| match c {
+        Completion::Send { req, status } => {
+            assert_eq!(status, Status::Ok);
+            completed.push(index_of(first, req));
+        }
+        other => panic!("the sender got {other:?}"),
+    });
+    assert_eq!(
+        completed,
+        [0],
+        "the queued send completes once, through the list"
+    );
+
+    // Both receives posted for any tag: the order of arrival decides which
+    // lands where.
+    let mut bufs = [[0u8; SMALL]; 2];
+    let mut recvs = requests(2);
+    let mut got = Vec::new();
+    for (buf, r) in bufs.iter_mut().zip(recvs.iter_mut()) {
+        let sel = Selector {
+            ctx: 1,
+            src: Source::Rank(0),
+            tag: Tag::Any,
+        };
+        // SAFETY: the buffers and requests stay where they are until both
+        // receives have completed below.
+        unsafe {
+            b.engine
+                .irecv(sel, None, buf.as_mut_ptr(), SMALL, req(r), &mut out)
+                .unwrap()
+        };
+    }
+    let mut rounds = 0;
+    while got.len() < 2 {
+        rounds += 1;
+        assert!(rounds < 1_000_000, "stuck with {} of 2 received", got.len());
+        b.engine.progress(&mut out);
+        out.deliver(|c| match c {
+            Completion::Recv {
+                req,
+                tag,
+                bytes,
+                status,
+                ..
+            } => {
+                assert_eq!((bytes, status), (SMALL, Status::Ok));
+                got.push((index_of(&recvs, req), tag));
+            }
+            other => panic!("the receiver got {other:?}"),
+        });
+    }
+    assert_eq!(
+        got,
+        [(0, 0), (1, 1)],
+        "the queued send arrived after the direct one"
+    );
+    assert_eq!(bufs, payloads);
+}
+
+/// An engine handed to another thread of the test.
+struct Shared<'a>(&'a Engine);
+
+// SAFETY: the shim shares one engine between the application's threads
+// the same way (the component is reached through a global pointer): the
+// progress token hands its state to one thread at a time, and the rest of
+// the engine is atomics and state fixed at start.
+unsafe impl Send for Shared<'_> {}
+
+impl<'a> Shared<'a> {
+    /// The engine, on the thread the whole wrapper was moved to (a
+    /// closure that named only the field would capture the field alone).
+    fn engine(self) -> &'a Engine {
+        self.0
+    }
+}
+
 #[test]
 fn a_send_complete_at_once_says_whether_anything_waits() {
     const SMALL: usize = 8;
