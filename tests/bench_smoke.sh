@@ -2,7 +2,9 @@
 # Smoke test of the benchmark script's quick mode: runs `bench/p2p --quick`
 # and checks that it completed and wrote its files (raw.csv, medians.csv with
 # lat rows for rustofi, ofi and ob1-tcp, report.md with the lat table, PNG
-# plots). Checks completion and files only, no speed thresholds.
+# plots), then `bench/bwphase` for one short run (both ranks' phases in
+# raw.csv, a table row per configuration in summary.md). Checks
+# completion and files only, no speed thresholds.
 #   tests/bench_smoke.sh        (BENCH_SMOKE_TIMEOUT s overall, default 600)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -69,3 +71,25 @@ if [ -s "$out/missing.txt" ]; then
   sed 's/^/  /' "$out/missing.txt"
 fi
 echo "bench smoke: OK ($(wc -l <"$out/raw.csv") raw lines, $pngs of lat.png/bw.png)"
+
+# bench/bwphase: one short run per configuration.
+sleep 1
+touch "$marker"
+sleep 1
+set +e
+timeout -k 10 120 bench/bwphase --sizes 8 --runs 1 --iters 200 >"$log" 2>&1
+rc=$?
+set -e
+[ $rc -eq 0 ] || { tail -20 "$log" >&2; fail "bench/bwphase exited with status $rc"; }
+phases=$(find results/bwphase -mindepth 1 -maxdepth 1 -type d -newer "$marker" | sort | tail -1)
+[ -n "$phases" ] || fail "no results/bwphase/* folder created by this run"
+[ "$(head -1 "$phases/raw.csv")" = "run,config,size,rank,total,post,wait,ack" ] ||
+  fail "$phases/raw.csv: unexpected header"
+for c in rustofi-shm ob1-vader; do
+  for r in 0 1; do
+    grep -Eq "^1,$c,8,$r,[0-9.]+,[0-9.]+,[0-9.]+,[0-9.]+$" "$phases/raw.csv" ||
+      fail "$phases/raw.csv has no phases of rank $r for $c"
+  done
+  grep -q "^| $c | 8 | 1 |" "$phases/summary.md" || fail "$phases/summary.md has no row for $c"
+done
+echo "bench smoke: bwphase OK ($phases)"
