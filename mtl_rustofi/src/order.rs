@@ -232,9 +232,13 @@ mod tests {
             state ^= state << 17;
             state
         };
+        // Under Miri 50 numbers from each start, half the work: from
+        // `u32::MAX - 40` they still wrap (at the 42nd), and the held items
+        // still reach every path of the map that 100 reach.
+        let n: u32 = if cfg!(miri) { 50 } else { 100 };
         for start in [0u32, u32::MAX - 40, 1 << 31] {
             let mut r = starting_at(start);
-            let mut seqs: Vec<u32> = (0..100).map(|i| start.wrapping_add(i)).collect();
+            let mut seqs: Vec<u32> = (0..n).map(|i| start.wrapping_add(i)).collect();
             for i in (1..seqs.len()).rev() {
                 let j = (next() % (i as u64 + 1)) as usize;
                 seqs.swap(i, j);
@@ -244,10 +248,10 @@ mod tests {
                 r.accept(s, s, &mut out).unwrap();
                 assert_eq!(r.accept(s, s, &mut out), Err(s));
             }
-            let want: Vec<u32> = (0..100).map(|i| start.wrapping_add(i)).collect();
+            let want: Vec<u32> = (0..n).map(|i| start.wrapping_add(i)).collect();
             assert_eq!(out, want);
             assert_eq!(r.held(), 0);
-            assert_eq!(r.expected(), start.wrapping_add(100));
+            assert_eq!(r.expected(), start.wrapping_add(n));
         }
     }
 }

@@ -209,7 +209,15 @@ mod tests {
     fn write_copies_every_small_and_large_length_exactly() {
         let src: Vec<u8> = (1..=40).collect();
         for cap in 0..=36 {
-            for len in 0..=36 {
+            // Under Miri, for each capacity the lengths 0, one below it, it,
+            // one above it and 36: every copy length `n` from 0 to 36 (each
+            // width of `copy_bytes`) is still made up to the end of the
+            // source (`len` = `n`) and, below 36, clipped at the end of the
+            // buffer (`cap` = `n` < `len`), as with every pair.
+            let lens = (0..=36).filter(|&len: &usize| {
+                !cfg!(miri) || len == 0 || len == 36 || len.abs_diff(cap) <= 1
+            });
+            for len in lens {
                 let mut mem = vec![0xeeu8; cap + 4];
                 // SAFETY: `mem` outlives `b` and is not touched while `b`
                 // is used; `b` covers its first `cap` bytes.

@@ -850,7 +850,9 @@ mod tests {
     #[test]
     fn decode_never_panics_on_arbitrary_bytes() {
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        for _ in 0..if cfg!(miri) { 300 } else { 20_000 } {
+        // Under Miri 60 packets: the first 15 already reach every branch of
+        // `decode` and `decode_prefix` that 300 did.
+        for _ in 0..if cfg!(miri) { 60 } else { 20_000 } {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;

@@ -230,7 +230,10 @@ mod tests {
         let mut x: u64 = 0x2545_f491_4f6c_dd1d;
         // Taken alone, taken with more after it, declined.
         let mut seen = [0u32; 3];
-        for _ in 0..if cfg!(miri) { 300 } else { 50_000 } {
+        // Under Miri 120 packets: the first 95 reach every branch of
+        // `parse` and `decode_prefix` that 300 did (the 95th is the first
+        // taken alone).
+        for _ in 0..if cfg!(miri) { 120 } else { 50_000 } {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
