@@ -464,18 +464,27 @@ static uint64_t proc_name64(const opal_process_name_t *name)
 /* Completion callbacks, called by the Rust library after it has released its
  * progress token (so a callback may start new operations). */
 
+/* Frees an operation's bounce buffer or packed copy (`free_after` set) and
+ * forgets it. */
+static void drop_bounce(RustofiReqHead *head)
+{
+    free(head->buffer);
+    head->buffer = NULL;
+    head->free_after = false;
+}
+
 /* A receive through a bounce buffer, complete: unpacks it into the user's
  * datatype and frees it. Out of line, so that the common completion (into
  * the user's buffer) is a leaf that saves no registers and ends in a tail
  * call. */
 static __attribute__((noinline)) void unpack_bounce(RustofiReqHead *head, size_t bytes)
 {
-    if (bytes > 0) {
-        /* unpacks into the user's datatype and frees the buffer */
-        ompi_mtl_datatype_unpack((struct opal_convertor_t *) head->convertor, head->buffer, bytes);
-    } else {
-        free(head->buffer);
+    if (0 == bytes) {
+        drop_bounce(head);
+        return;
     }
+    /* unpacks into the user's datatype and frees the buffer */
+    ompi_mtl_datatype_unpack((struct opal_convertor_t *) head->convertor, head->buffer, bytes);
     head->buffer = NULL;
     head->free_after = false;
 }
@@ -523,9 +532,7 @@ static inline __attribute__((always_inline)) void send_done(RustofiReqHead *head
  * gaps): frees the copy first. Out of line, as unpack_bounce is. */
 static __attribute__((noinline)) void send_done_bounced(RustofiReqHead *head, int status)
 {
-    free(head->buffer);
-    head->buffer = NULL;
-    head->free_after = false;
+    drop_bounce(head);
     send_done(head, status);
 }
 
@@ -542,9 +549,7 @@ static void cb_cancel_complete(RustofiReqHead *head)
 {
     mca_mtl_request_t *req = (mca_mtl_request_t *) head;
     if (head->free_after) {
-        free(head->buffer);
-        head->buffer = NULL;
-        head->free_after = false;
+        drop_bounce(head);
     }
     req->ompi_req->req_status._cancelled = true;
     req->ompi_req->req_status.MPI_ERROR = OMPI_SUCCESS;
@@ -1304,9 +1309,7 @@ static inline __attribute__((always_inline)) int prepare_recv(struct opal_conver
 static void release_recv(RustofiReqHead *head)
 {
     if (head->free_after) {
-        free(head->buffer);
-        head->buffer = NULL;
-        head->free_after = false;
+        drop_bounce(head);
     }
 }
 
