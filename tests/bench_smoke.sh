@@ -3,8 +3,9 @@
 # and checks that it completed and wrote its files (raw.csv, medians.csv with
 # lat rows for rustofi, ofi and ob1-tcp, report.md with the lat table, PNG
 # plots), then `bench/bwphase` for one short run (both ranks' phases in
-# raw.csv, a table row per configuration in summary.md). Checks
-# completion and files only, no speed thresholds.
+# raw.csv, a table row per configuration in summary.md) and `bench/ab-small`
+# for two rounds (every round's sizes in raw.csv, their quartiles in
+# summary.md). Checks completion and files only, no speed thresholds.
 #   tests/bench_smoke.sh        (BENCH_SMOKE_TIMEOUT s overall, default 600)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -93,3 +94,26 @@ for c in rustofi-shm ob1-vader; do
   grep -q "^| $c | 8 | 1 |" "$phases/summary.md" || fail "$phases/summary.md has no row for $c"
 done
 echo "bench smoke: bwphase OK ($phases)"
+
+# bench/ab-small: two rounds against the current build as its own base.
+sleep 1
+touch "$marker"
+sleep 1
+set +e
+timeout -k 10 120 bench/ab-small target/mca --bench bw --max 8 --rounds 2 >"$log" 2>&1
+rc=$?
+set -e
+[ $rc -eq 0 ] || { tail -20 "$log" >&2; fail "bench/ab-small exited with status $rc"; }
+small=$(find results/ab-small -mindepth 1 -maxdepth 1 -type d -newer "$marker" | sort | tail -1)
+[ -n "$small" ] || fail "no results/ab-small/* folder created by this run"
+for c in A B V; do
+  for s in 1 2 4 8; do
+    [ "$(grep -Ec "^$c,[12],$s,[0-9.]+$" "$small/raw.csv")" -eq 2 ] ||
+      fail "$small/raw.csv lacks the two rounds of $c at $s B"
+  done
+done
+for s in 1 2 4 8; do
+  grep -Eq "^\| $s \| [0-9.e+]+ / [0-9.e+]+ / [0-9.e+]+ \|" "$small/summary.md" ||
+    fail "$small/summary.md has no quartiles at $s B"
+done
+echo "bench smoke: ab-small OK ($small)"

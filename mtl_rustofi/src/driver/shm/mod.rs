@@ -201,6 +201,12 @@ pub(crate) struct ShmRail {
     /// The rings from inserted peers again, for threads that look for
     /// packets without the progress token.
     watch: Arc<RingWatch>,
+    /// A send came since a poll last read a packet: the next send is part
+    /// of a run (a window of sends), which prefetches the cells it writes
+    /// into next (see [`Producer::prefetch_ahead`]). The first send after
+    /// a read does not: it is likely a reply, whose peer soon waits on
+    /// those cells.
+    in_run: bool,
     // Last: the rings above point into it.
     seg: Arc<Segment>,
 }
@@ -316,6 +322,7 @@ impl ShmRail {
                 rings: (0..job.size).map(|_| OnceLock::new()).collect(),
                 _seg: seg.clone(),
             }),
+            in_run: false,
             seg,
         })
     }
@@ -488,6 +495,7 @@ impl ShmRail {
         payload: UserBuf,
     ) -> Result<(), PostError> {
         let r = payload.region();
+        let in_run = self.in_run;
         let p = self.sending_to(dest)?;
         let pushed = if r.len <= SHORT {
             p.tx.push_cell(wire::BASE_LEN + r.len, |cell| {
@@ -511,7 +519,12 @@ impl ShmRail {
             let body = unsafe { std::slice::from_raw_parts(r.addr as *const u8, r.len) };
             p.tx.push(&[&head, body])
         };
-        p.pushed(pushed)
+        if in_run && pushed.is_ok() {
+            p.tx.prefetch_ahead(ring::cells(wire::BASE_LEN + r.len));
+        }
+        let r = p.pushed(pushed);
+        self.in_run = true;
+        r
     }
 
     /// The key a peer reads a registered buffer of ours with: our pid.
@@ -544,6 +557,9 @@ impl ShmRail {
                     }
                 }
             }
+        }
+        if total > 0 {
+            self.in_run = false;
         }
         total
     }
