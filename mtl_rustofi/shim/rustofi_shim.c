@@ -464,13 +464,19 @@ static uint64_t proc_name64(const opal_process_name_t *name)
 /* Completion callbacks, called by the Rust library after it has released its
  * progress token (so a callback may start new operations). */
 
+/* Forgets an operation's bounce buffer or packed copy, once freed. */
+static inline void forget_bounce(RustofiReqHead *head)
+{
+    head->buffer = NULL;
+    head->free_after = false;
+}
+
 /* Frees an operation's bounce buffer or packed copy (`free_after` set) and
  * forgets it. */
 static void drop_bounce(RustofiReqHead *head)
 {
     free(head->buffer);
-    head->buffer = NULL;
-    head->free_after = false;
+    forget_bounce(head);
 }
 
 /* A receive through a bounce buffer, complete: unpacks it into the user's
@@ -485,8 +491,7 @@ static __attribute__((noinline)) void unpack_bounce(RustofiReqHead *head, size_t
     }
     /* unpacks into the user's datatype and frees the buffer */
     ompi_mtl_datatype_unpack((struct opal_convertor_t *) head->convertor, head->buffer, bytes);
-    head->buffer = NULL;
-    head->free_after = false;
+    forget_bounce(head);
 }
 
 static void cb_recv_complete(RustofiReqHead *head, int32_t src, int32_t tag, size_t bytes,
@@ -1212,9 +1217,7 @@ start_send(struct ompi_communicator_t *comm, int dest, int tag, struct opal_conv
                            head);
     if (OPAL_UNLIKELY(rc < 0)) {
         if (free_after) {
-            free(start);
-            head->buffer = NULL;
-            head->free_after = false;
+            drop_bounce(head);
         }
         return OMPI_ERROR;
     }

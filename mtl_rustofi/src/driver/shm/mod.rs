@@ -522,9 +522,9 @@ impl ShmRail {
         if in_run && pushed.is_ok() {
             p.tx.prefetch_ahead(ring::cells(wire::BASE_LEN + r.len));
         }
-        let r = p.pushed(pushed);
+        let posted = p.pushed(pushed);
         self.in_run = true;
-        r
+        posted
     }
 
     /// The key a peer reads a registered buffer of ours with: our pid.
