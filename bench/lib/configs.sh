@@ -18,9 +18,9 @@
 BENCH_CONFIGS_ALL="rustofi ofi ob1-tcp rustofi-shm rustofi-fishm ob1-vader"
 config_args() {
   case "$1" in
-    rustofi) echo "--mca mtl rustofi --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_shm off" ;;
-    rustofi-shm) echo "--mca mtl rustofi --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_shm auto" ;;
-    rustofi-fishm) echo "--mca mtl rustofi --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_shm libfabric" ;;
+    rustofi) echo "--mca pml cm --mca mtl rustofi --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_shm off" ;;
+    rustofi-shm) echo "--mca pml cm --mca mtl rustofi --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_shm auto" ;;
+    rustofi-fishm) echo "--mca pml cm --mca mtl rustofi --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_shm libfabric" ;;
     ofi) echo "--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tcp" ;;
     ob1-tcp) echo "--mca pml ob1 --mca btl tcp,self" ;;
     # Open MPI 5 renamed btl vader to sm

@@ -30,8 +30,9 @@
 //!   `(ctx, src, tag)`; each bin is a `VecDeque` in posting order, so the head
 //!   of a bin is the earliest posted receive for that exact envelope;
 //! * wildcard receives (`Source::Any` and/or `Tag::Any`) live in one
-//!   `BTreeMap<seq, entry>` per context, in posting order; a count of them
-//!   lets an arrival skip the wildcard lists altogether while there are none;
+//!   `BTreeMap<seq, entry>` per context, in posting order; knowing which
+//!   contexts hold any ([`wild`]) lets an arrival in a context without
+//!   them skip the wildcard lists altogether;
 //! * a [`PostId`] carries its receive's location (bin key or wildcard
 //!   context) besides its sequence number, so [`Matcher::cancel`] finds the
 //!   entry without an index and without scanning other bins.
@@ -83,11 +84,13 @@
 
 mod bins;
 mod bulk;
+mod wild;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::{Hash, Hasher};
 
 use bins::Bins;
+use wild::WildIn;
 
 /// Open MPI's raw value for `MPI_ANY_SOURCE` and `MPI_ANY_TAG`.
 ///
@@ -281,6 +284,8 @@ pub struct Matcher<R, U> {
     posted_count: usize,
     /// Queued wildcard receives, all contexts.
     wild_count: usize,
+    /// The contexts those are in.
+    wild_in: WildIn,
     unexpected_bins: UnexpectedBins<U>,
     unexpected_order: ArrivalIndex,
     unexpected_count: usize,
@@ -326,6 +331,7 @@ impl<R, U> Matcher<R, U> {
             posted_wild: Bins::new(),
             posted_count: 0,
             wild_count: 0,
+            wild_in: WildIn::Nowhere,
             unexpected_bins: Bins::new(),
             unexpected_order: Bins::new(),
             unexpected_count: 0,
@@ -382,7 +388,8 @@ impl<R, U> Matcher<R, U> {
     /// Queues wildcard receive `seq`.
     #[inline(never)]
     fn post_wild(&mut self, sel: Selector, seq: u64, r: R) {
-        self.posted_wild.get_or_insert(sel.ctx).insert(
+        let list = self.posted_wild.get_or_insert(sel.ctx);
+        list.insert(
             seq,
             WildPosted {
                 src: sel.src,
@@ -390,6 +397,9 @@ impl<R, U> Matcher<R, U> {
                 r,
             },
         );
+        if list.len() == 1 {
+            self.wild_list_filled(sel.ctx);
+        }
         self.wild_count += 1;
     }
 
@@ -412,28 +422,28 @@ impl<R, U> Matcher<R, U> {
     /// `arrive`. Inlined: it runs for every message that arrives.
     #[inline(always)]
     pub fn take_posted(&mut self, env: &Envelope) -> Option<R> {
-        if self.wild_count != 0 {
+        if self.wild_in.may_hold(env.ctx) {
             return self.take_posted_wild(env);
         }
         self.pop_specific_posted(env.key())
     }
 
-    /// [`Matcher::take_posted`] while no wildcard receive is posted (in
-    /// any context), which one load tells; `None` while some is, and the
-    /// caller asks [`Matcher::take_posted`]. A caller that keeps the two
+    /// [`Matcher::take_posted`] while no wildcard receive is posted in
+    /// the message's context, which a comparison or two tell; `None` while
+    /// some may be, and the caller asks [`Matcher::take_posted`]. A caller that keeps the two
     /// cases apart keeps the common one's receive out of the wildcard
     /// path's way (a result that joins an out-of-line call's goes through
     /// memory).
     #[inline(always)]
     pub fn take_posted_unless_wild(&mut self, env: &Envelope) -> Option<Option<R>> {
-        if self.wild_count != 0 {
+        if self.wild_in.may_hold(env.ctx) {
             return None;
         }
         Some(self.pop_specific_posted(env.key()))
     }
 
-    /// [`Matcher::take_posted`] while wildcard receives are posted (in any
-    /// context).
+    /// [`Matcher::take_posted`] while wildcard receives may be posted in
+    /// the message's context.
     #[inline(never)]
     fn take_posted_wild(&mut self, env: &Envelope) -> Option<R> {
         // Through `get_mut`, which remembers the bucket for the pop below.
@@ -531,8 +541,13 @@ impl<R, U> Matcher<R, U> {
             Loc::Wild(ctx) => {
                 let list = self.posted_wild.get_mut(&ctx)?;
                 let w = list.c.remove(&id.seq)?;
+                // Emptied, whether or not it was parked before.
+                let emptied = list.c.is_empty();
                 if list.newly_empty() {
                     self.posted_wild.park(ctx);
+                }
+                if emptied {
+                    self.wild_list_emptied(ctx);
                 }
                 self.wild_count -= 1;
                 w.r
@@ -627,8 +642,13 @@ impl<R, U> Matcher<R, U> {
             .c
             .remove(&seq)
             .expect("wildcard receive present in its list");
+        // Emptied, whether or not it was parked before.
+        let emptied = list.c.is_empty();
         if list.newly_empty() {
             self.posted_wild.park(ctx);
+        }
+        if emptied {
+            self.wild_list_emptied(ctx);
         }
         self.wild_count -= 1;
         self.posted_count -= 1;
@@ -671,6 +691,7 @@ impl<R, U> Matcher<R, U> {
             wild += list.len();
         }
         assert_eq!(wild, self.wild_count);
+        assert_eq!(self.wild_in, self.wild_contexts());
         assert_eq!(specific + wild, self.posted_count);
 
         let mut unexpected = 0;

@@ -58,6 +58,7 @@ impl<R, U> Matcher<R, U> {
             }
         });
         self.wild_count -= gone.len() - specific;
+        self.wild_in = self.wild_contexts();
         self.posted_count -= gone.len();
         gone.sort_unstable_by_key(|g| g.0);
         gone.into_iter().map(|(_, sel, r)| (sel, r)).collect()
@@ -93,6 +94,7 @@ impl<R, U> Matcher<R, U> {
             |_, list| posted.extend(list.into_iter().map(|(seq, w)| (seq, w.r))),
         );
         self.wild_count -= posted.len() - specific;
+        self.wild_in = self.wild_contexts();
         self.posted_count -= posted.len();
 
         let mut unexpected: Vec<(u64, Envelope, U)> = Vec::new();

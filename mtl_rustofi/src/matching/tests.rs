@@ -345,3 +345,4 @@ fn empty_bins_are_removed() {
 }
 
 mod differential;
+mod wild_contexts;

@@ -35,6 +35,7 @@ mod rng;
 mod run;
 mod stripecases;
 mod tests;
+mod wild_cases;
 mod workload;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
