@@ -1102,13 +1102,11 @@ static inline uint32_t recv_cid(struct ompi_communicator_t *comm)
     return comm->c_index;
 }
 
-/* The context id a message to `dest` carries: the receiver's index. */
-static int send_cid(struct ompi_communicator_t *comm, int dest, uint32_t *cid)
+/* send_cid of a communicator whose members index it each their own way:
+ * the index learnt from the peer (exchanged first if it is not known yet). */
+static int __attribute__((noinline)) send_cid_exchanged(struct ompi_communicator_t *comm,
+                                                        int dest, uint32_t *cid)
 {
-    if (OPAL_LIKELY(OMPI_COMM_IS_GLOBAL_INDEX(comm))) {
-        *cid = comm->c_index;
-        return OMPI_SUCCESS;
-    }
     struct mca_mtl_comm_t *mc = comm->c_mtl_comm;
     if (NULL == mc || dest < 0 || dest >= mc->size) {
         return OMPI_ERR_BAD_PARAM;
@@ -1129,6 +1127,17 @@ static int send_cid(struct ompi_communicator_t *comm, int dest, uint32_t *cid)
     }
     *cid = p->c_index;
     return OMPI_SUCCESS;
+}
+
+/* The context id a message to `dest` carries: the receiver's index. Inline:
+ * every send asks, and the usual communicator's index is agreed by all. */
+static inline int send_cid(struct ompi_communicator_t *comm, int dest, uint32_t *cid)
+{
+    if (OPAL_LIKELY(OMPI_COMM_IS_GLOBAL_INDEX(comm))) {
+        *cid = comm->c_index;
+        return OMPI_SUCCESS;
+    }
+    return send_cid_exchanged(comm, dest, cid);
 }
 #else
 static int rustofi_add_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm)
