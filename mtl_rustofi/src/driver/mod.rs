@@ -358,28 +358,33 @@ impl Driver {
     /// Writes an inline packet that the core handed back from a send
     /// ([`InlineSend`]) into its peer's ring now, as the last action of the
     /// current output; a refused one (a full ring, a peer gone) goes back
-    /// to the core, whose actions for it are executed here too.
+    /// to the core, whose actions for it are executed here too. Returns
+    /// whether the ring took it.
     // Inlined into the engine's send, like the core's half: the packet
     // is not copied again on its way to the ring.
     #[inline(always)]
-    pub(crate) fn send_inline(&mut self, p: InlineSend, core: &mut Core, out: &mut Out) {
+    pub(crate) fn send_inline(&mut self, p: InlineSend, core: &mut Core, out: &mut Out) -> bool {
         debug_assert!(out.actions.is_empty(), "actions queued before it go first");
-        match self.local.as_mut() {
+        let taken = match self.local.as_mut() {
             Some(l) if self.local_id == p.rail.0 => l.send_direct_or_refuse(p, core, out),
             // Only the own ring sends inline (its profile says so).
-            _ => core.on_inline_refused(
-                p.rail,
-                p.peer,
-                &p.encoded_head(),
-                p.payload,
-                PostError::Again,
-                out,
-            ),
-        }
+            _ => {
+                core.on_inline_refused(
+                    p.rail,
+                    p.peer,
+                    &p.encoded_head(),
+                    p.payload,
+                    PostError::Again,
+                    out,
+                );
+                false
+            }
+        };
         // A refused packet's actions.
         if !out.actions.is_empty() {
             self.execute(core, out);
         }
+        taken
     }
 
     /// Executes the core's actions in order; every failure to post, and

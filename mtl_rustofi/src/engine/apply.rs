@@ -215,7 +215,8 @@ pub(super) unsafe fn apply_send(st: &mut State, args: SendArgs, req: ReqPtr) -> 
 #[inline(never)]
 pub(super) fn execute_then_send(st: &mut State, p: InlineSend) {
     st.driver.execute(&mut st.core, &mut st.out);
-    st.driver.send_inline(p, &mut st.core, &mut st.out);
+    // Taken or not, the idle note follows (the actions before it).
+    let _ = st.driver.send_inline(p, &mut st.core, &mut st.out);
 }
 
 /// Posts a receive (token held), from the inbox or straight from its

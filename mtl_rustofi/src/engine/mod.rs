@@ -497,33 +497,48 @@ impl Engine {
         let ran = self.handoff.run_or_combine(
             out,
             |st, batch, out| {
+                // Whether this hold changed nothing the idle note looks at
+                // (the core's tick, posts to a libfabric rail): then the
+                // note the last holder left is still true, and it is not
+                // made again. Only a small send the ring took, with no
+                // command queued before it, is known to be such a hold:
+                // it went inline because nothing waited for its rail and
+                // it had no bundle to flush. A receive post may start a
+                // rendezvous that waits for a credit, with no action.
+                let mut unchanged = true;
                 for cmd in batch {
                     apply(st, cmd);
+                    unchanged = false;
                 }
-                let inline = direct(st);
-                match inline {
+                match direct(st) {
                     // After what was queued before it, as if it were the
                     // last action; complete for MPI once the driver has it
                     // (or, if it refused the packet, the core has copied
                     // it). With nothing queued before it (the common
                     // case) the packet goes straight on, its fields in
-                    // registers: no call comes between.
+                    // registers: no call comes between. A packet the ring
+                    // took changed nothing else; a refused one is queued.
                     Some(p) if st.out.actions.is_empty() => {
-                        st.driver.send_inline(p, &mut st.core, &mut st.out);
+                        unchanged &= st.driver.send_inline(p, &mut st.core, &mut st.out);
                         started = Started::Complete;
                     }
                     Some(p) => {
                         execute_then_send(st, p);
+                        unchanged = false;
                         started = Started::Complete;
                     }
-                    None if !st.out.actions.is_empty() => {
-                        st.driver.execute(&mut st.core, &mut st.out);
+                    None => {
+                        unchanged = false;
+                        if !st.out.actions.is_empty() {
+                            st.driver.execute(&mut st.core, &mut st.out);
+                        }
                     }
-                    None => {}
                 }
                 out.take_from(&mut st.out.events);
                 if let Some(w) = &self.idle {
-                    w.note_started(st);
+                    if !unchanged {
+                        w.note_started(st);
+                    }
                 }
             },
             // What other threads queued meanwhile.

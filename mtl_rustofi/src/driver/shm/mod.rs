@@ -454,12 +454,22 @@ impl ShmRail {
     /// Copies an inline packet that the core handed back from a send
     /// ([`InlineSend`]) into the peer's ring, its header encoded in place;
     /// or hands it back to the core, which sends it as an ordinary packet
-    /// (queued behind whatever the ring refused before).
+    /// (queued behind whatever the ring refused before). Returns whether
+    /// the ring took it.
     #[inline(always)]
-    pub(crate) fn send_direct_or_refuse(&mut self, p: InlineSend, core: &mut Core, out: &mut Out) {
+    pub(crate) fn send_direct_or_refuse(
+        &mut self,
+        p: InlineSend,
+        core: &mut Core,
+        out: &mut Out,
+    ) -> bool {
         let len = p.payload.len();
-        if let Err(e) = self.send_inline(p.dest, |h| p.head.encode(len, h), p.payload) {
-            core.on_inline_refused(p.rail, p.peer, &p.encoded_head(), p.payload, e, out);
+        match self.send_inline(p.dest, |h| p.head.encode(len, h), p.payload) {
+            Ok(()) => true,
+            Err(e) => {
+                core.on_inline_refused(p.rail, p.peer, &p.encoded_head(), p.payload, e, out);
+                false
+            }
         }
     }
 
