@@ -497,14 +497,17 @@ impl Engine {
         let ran = self.handoff.run_or_combine(
             out,
             |st, batch, out| {
-                // Whether this hold changed nothing the idle note looks at
-                // (the core's tick, posts to a libfabric rail): then the
-                // note the last holder left is still true, and it is not
-                // made again. Only a small send the ring took, with no
-                // command queued before it, is known to be such a hold:
-                // it went inline because nothing waited for its rail and
-                // it had no bundle to flush. A receive post may start a
-                // rendezvous that waits for a credit, with no action.
+                // Whether this hold can have ended the state the idle note
+                // records (the core's tick empty, nothing posted to a
+                // libfabric rail): if not, the note the last holder left
+                // is still true, and it is not made again. A small send
+                // the ring took, with no command queued before it, cannot:
+                // if the note says "ring only", the tick was empty when
+                // the token was taken (no bundle to flush, nothing
+                // queued), the send went into the ring and left nothing;
+                // if not, the note could only clear it again. A receive
+                // post is noted: one may start a rendezvous that waits
+                // for a credit, with no action.
                 let mut unchanged = true;
                 for cmd in batch {
                     apply(st, cmd);
