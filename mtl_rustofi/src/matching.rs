@@ -538,20 +538,7 @@ impl<R, U> Matcher<R, U> {
                 }
                 posted.r
             }
-            Loc::Wild(ctx) => {
-                let list = self.posted_wild.get_mut(&ctx)?;
-                let w = list.c.remove(&id.seq)?;
-                // Emptied, whether or not it was parked before.
-                let emptied = list.c.is_empty();
-                if list.newly_empty() {
-                    self.posted_wild.park(ctx);
-                }
-                if emptied {
-                    self.wild_list_emptied(ctx);
-                }
-                self.wild_count -= 1;
-                w.r
-            }
+            Loc::Wild(ctx) => self.unlink_wild(ctx, id.seq)?,
         };
         self.posted_count -= 1;
         Some(r)
@@ -634,14 +621,19 @@ impl<R, U> Matcher<R, U> {
 
     /// Removes wildcard receive `seq` from context `ctx`.
     fn remove_wild_posted(&mut self, ctx: u32, seq: u64) -> R {
-        let list = self
-            .posted_wild
-            .get_mut(&ctx)
-            .expect("wildcard receive without a list");
-        let w = list
-            .c
-            .remove(&seq)
+        let r = self
+            .unlink_wild(ctx, seq)
             .expect("wildcard receive present in its list");
+        self.posted_count -= 1;
+        r
+    }
+
+    /// Takes wildcard receive `seq` out of the list of context `ctx`, if it
+    /// is there, parking an emptied list and noting that `ctx` holds no
+    /// wildcard any more; `posted_count` is the caller's.
+    fn unlink_wild(&mut self, ctx: u32, seq: u64) -> Option<R> {
+        let list = self.posted_wild.get_mut(&ctx)?;
+        let w = list.c.remove(&seq)?;
         // Emptied, whether or not it was parked before.
         let emptied = list.c.is_empty();
         if list.newly_empty() {
@@ -651,8 +643,7 @@ impl<R, U> Matcher<R, U> {
             self.wild_list_emptied(ctx);
         }
         self.wild_count -= 1;
-        self.posted_count -= 1;
-        w.r
+        Some(w.r)
     }
 
     /// Numbers of non-empty posted bins, wildcard lists, unexpected bins and
