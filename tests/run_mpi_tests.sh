@@ -671,6 +671,11 @@ for prov in $PROVIDERS; do
             rndv_protocol=read -- expect_error
     fi
     run_test order_wildcard "$prov" 2 "grep=malformed" fault_inject=bad_packet
+    # Message rendezvous data the receiving provider lost (every fourth
+    # data packet taken as lost): asked for and sent again, nothing lost,
+    # no error counted.
+    run_test big_checksum "$prov" 2 "clean rndv>=4 grep=rx_lost=[1-9]" \
+        rndv_protocol=msg fault_inject=lose_data
 done
 
 if has_provider tcp; then

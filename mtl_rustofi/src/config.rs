@@ -39,6 +39,10 @@ pub(crate) enum Fault {
     RmaKey,
     /// Emit one malformed packet ahead of the next eager send.
     BadPacket,
+    /// Take every fourth arriving data packet of a message rendezvous as
+    /// one the provider lost (a receive error with only the header
+    /// placed), so that its resend runs over a real provider.
+    LoseData,
 }
 
 /// Validated settings.
@@ -238,9 +242,11 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         "" | "none" => Fault::None,
         "rma_key" => Fault::RmaKey,
         "bad_packet" => Fault::BadPacket,
+        "lose_data" => Fault::LoseData,
         other => {
             return Err(format!(
-                "mtl_rustofi_fault_inject = '{other}' is invalid: use none, rma_key or bad_packet"
+                "mtl_rustofi_fault_inject = '{other}' is invalid: use none, rma_key, \
+                 bad_packet or lose_data"
             ))
         }
     };

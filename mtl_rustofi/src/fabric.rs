@@ -449,6 +449,9 @@ pub(crate) struct CqError {
     pub context: *mut c_void,
     pub err: i32,
     pub message: String,
+    /// Bytes the operation moved before it failed (a truncated receive's
+    /// placed bytes).
+    pub len: usize,
 }
 
 impl CompletionQueue {
@@ -511,6 +514,7 @@ impl CompletionQueue {
             context: e.op_context,
             err: e.err,
             message: format!("{} ({})", strerror(e.err), msg),
+            len: e.len,
         })
     }
 }

@@ -22,8 +22,10 @@
 //! field holds the chunk size the receiver posted its tagged receives with
 //! (message rendezvous: the receiver's token and slot instead of the tag,
 //! the bytes per data packet as length), (offset, receiver's token) for a
-//! `Data` packet, whose context field holds the receiver's slot. `Eager`
-//! and `Data` are followed by exactly `len` payload bytes.
+//! `Data` packet, whose context field holds the receiver's slot. A
+//! message rendezvous CTS with `FLAG_RESEND` asks for one data packet
+//! again: (receiver's token, its offset). `Eager` and `Data` are followed
+//! by exactly `len` payload bytes.
 //!
 //! A striped read RTS (`FLAG_STRIPE`) goes on with the sender's buffer on
 //! each of its stripe endpoints: a count `n` (8 bytes, 1..=`MAX_STRIPES`),
@@ -43,7 +45,7 @@ pub(crate) use eager::EagerMsg;
 use eager::{u32_at, u64_at};
 
 pub(crate) const MAGIC: u8 = 0xA7;
-pub(crate) const VERSION: u8 = 4;
+pub(crate) const VERSION: u8 = 5;
 pub(crate) const BASE_LEN: usize = 48;
 pub(crate) const EXT_LEN: usize = 64;
 
@@ -65,6 +67,9 @@ pub(crate) const MAX_STRIPES: usize = 7;
 /// On an RTS or CTS: rendezvous by `Data` packets over plain sends
 /// (neither RMA nor tagged operations).
 pub(crate) const FLAG_RNDV_MSG: u8 = 16;
+/// On a message rendezvous CTS: not a grant but a request to send the
+/// data packet at offset `ext1` again (the provider lost it).
+pub(crate) const FLAG_RESEND: u8 = 64;
 /// Offset of the flags byte in a header.
 const FLAGS_AT: usize = 2;
 
@@ -405,6 +410,32 @@ impl Header {
             for i in 0..u64_at(64) as usize {
                 h.stripes.push(u64_at(72 + 16 * i), u64_at(80 + 16 * i));
             }
+        }
+        Ok(h)
+    }
+
+    /// The header at the front of a packet of which only the first bytes
+    /// arrived (a receive the provider completed with an error): checked
+    /// as [`Self::decode`] checks it, except that the packet may end
+    /// anywhere after the header. A striped RTS keeps no stripes.
+    pub(crate) fn decode_head(pkt: &[u8]) -> Result<Header, DecodeError> {
+        let Some(head) = pkt.first_chunk::<BASE_LEN>() else {
+            return Err(DecodeError::Short(pkt.len()));
+        };
+        if head[0] != MAGIC {
+            return Err(DecodeError::BadMagic(head[0]));
+        }
+        if head[3] != VERSION {
+            return Err(DecodeError::BadVersion(head[3]));
+        }
+        let kind = Kind::from_u8(head[1]).ok_or(DecodeError::BadKind(head[1]))?;
+        let mut h = Header::base(kind, head);
+        if h.wire_len() >= EXT_LEN {
+            let Some(ext) = pkt.get(BASE_LEN..EXT_LEN) else {
+                return Err(DecodeError::Short(pkt.len()));
+            };
+            h.ext0 = u64::from_le_bytes(ext[..8].try_into().expect("8 bytes"));
+            h.ext1 = u64::from_le_bytes(ext[8..].try_into().expect("8 bytes"));
         }
         Ok(h)
     }

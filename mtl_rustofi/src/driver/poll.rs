@@ -119,7 +119,11 @@ impl Driver {
         match Self::what(err.context) {
             Posted::Rx(rail, slot) => {
                 let canceled = err.err == sys::FI_ECANCELED as i32;
-                core.on_rx_error(rail, slot, canceled, &err.message, out);
+                // What the provider placed before it failed: the header
+                // of a packet it lost may name what to ask for again.
+                let b = &self.rx[rail.index()][slot.0 as usize];
+                let got = &b.mem[..err.len.min(b.mem.len())];
+                core.on_rx_error(rail, slot, canceled, &err.message, got, out);
             }
             Posted::Op(op) if err.err == sys::FI_ECANCELED as i32 => core.on_canceled(op, out),
             Posted::Op(op) => core.on_error(op, &err.message, out),

@@ -698,7 +698,7 @@ impl Engine {
             "rustofi: rank={rank} provider={} nic={} shm={} net_peers={} shm_peers={} sent_msgs={} \
              sent_bytes={} recv_msgs={} recv_bytes={} eager={} rndv={} unexpected={} errors={} \
              coalesced={} mr_reg={} mr_hits={} net_tx_bytes={} net_rx_bytes={} shm_tx_bytes={} \
-             shm_rx_bytes={} stripe_nics={} striped={} stripe_rx_bytes={}",
+             shm_rx_bytes={} stripe_nics={} striped={} stripe_rx_bytes={} rx_lost={}",
             self.provider,
             self.nic,
             self.shm_provider().unwrap_or("off"),
@@ -726,6 +726,7 @@ impl Engine {
             },
             g(&s.striped),
             g(&s.stripe_bytes),
+            g(&s.rx_lost),
         )
     }
 }

@@ -48,6 +48,7 @@ mod rndv;
 mod rndv_msg;
 mod rndv_read;
 mod rndv_send;
+mod rx_error;
 mod stall;
 mod stripe;
 #[cfg(test)]
@@ -140,6 +141,10 @@ pub(crate) struct Stats {
     /// fails too), a receive buffer that could not be posted, a rejected
     /// packet, a failure the peer reported, a peer given up.
     pub(crate) errors: AtomicU64,
+    /// Receive buffers the provider completed with an error: packets it
+    /// lost. Those that name a message rendezvous's data are sent again
+    /// and are not errors; the others count in `errors` too.
+    pub(crate) rx_lost: AtomicU64,
     pub(crate) net_peers: AtomicU64,
     pub(crate) shm_peers: AtomicU64,
     /// Eager messages that shared a packet with an earlier one.
@@ -284,6 +289,8 @@ pub(crate) struct Core {
     next_tag_base: u64,
     next_key: u64,
     fault: Fault,
+    /// Data packets that arrived under `Fault::LoseData`.
+    fault_seen: u32,
     /// Peers that may have an open coalescing bundle.
     open_bundles: Vec<PeerId>,
     /// Bytes held for uncompleted sends, and sends waiting for room.
@@ -320,6 +327,7 @@ impl Core {
     pub(crate) fn new(cfg: CoreConfig, rails: Vec<RailProfile>, stats: Arc<Stats>) -> Core {
         Core {
             fault: cfg.fault,
+            fault_seen: 0,
             cfg,
             rails: rails
                 .into_iter()

@@ -8,6 +8,7 @@ use super::action::{Action, Event, Out, Status};
 use super::coalesce::Bundle;
 use super::ids::{Cookie, FiAddr, PeerId, RailId, RxSlot};
 use super::{rail_bytes, Core, CoreError, Stats};
+use crate::config::Fault;
 use crate::matching::Envelope;
 use crate::order::Reorder;
 use crate::wire::{self, EagerMsg, Header, Kind, RailKind};
@@ -255,7 +256,7 @@ impl Core {
 
     /// The peer that sent a message, by its sender's name.
     #[inline]
-    fn sender_peer(&mut self, name: u64) -> Option<PeerId> {
+    pub(super) fn sender_peer(&mut self, name: u64) -> Option<PeerId> {
         match self.last_sender {
             Some((n, p)) if n == name => Some(p),
             _ => {
@@ -310,8 +311,16 @@ impl Core {
             }
             Kind::SyncAck => self.on_sync_ack(&hdr, out),
             Kind::Fin => self.on_fin(peer, &hdr, out),
+            Kind::Cts if has(&hdr, wire::FLAG_RESEND) => self.on_resend_request(peer, &hdr, out),
             Kind::Cts if has(&hdr, wire::FLAG_RNDV_MSG) => self.on_cts_msg(peer, &hdr, out),
             Kind::Cts => self.on_cts(peer, &hdr, out),
+            Kind::Data if self.fault == Fault::LoseData && self.lose_injected() => {
+                self.packet_lost(
+                    &msg[..hdr.wire_len()],
+                    "injected loss (fault_inject lose_data)",
+                    out,
+                );
+            }
             Kind::Data => self.on_data(peer, &hdr, &msg[hdr.wire_len()..], out),
             Kind::Ping => self.on_ping(peer, out),
             Kind::Pong => self.on_pong(peer),

@@ -313,20 +313,25 @@ impl Core {
         match self
             .rndv_send
             .get(&cookie)
-            .map(|s| (s.peer, s.state.clone(), s.outstanding))
+            .map(|s| (s.peer, s.state.clone(), s.outstanding, s.msg.is_some()))
         {
-            Some((p, SendState::AwaitReply, 0)) if p == peer => {
+            Some((p, SendState::AwaitReply, 0, _)) if p == peer => {
                 if failed {
                     self.count_error();
                     self.error("the receiver reported a failed rendezvous");
                 }
                 self.finish_rndv_send(cookie, failed, out);
             }
-            Some((p, SendState::Sending, _)) if p == peer && failed => {
+            Some((p, SendState::Sending, _, msg)) if p == peer && failed => {
                 self.count_error();
                 self.error("the receiver reported a failed rendezvous; its data is not sent");
                 self.abort_send(cookie, false, out);
+                if msg {
+                    // Ends here if its packets have all completed.
+                    self.msg_acked(cookie, out);
+                }
             }
+            Some((p, SendState::Sending, _, true)) if p == peer => self.msg_acked(cookie, out),
             _ => self.error("dropped a rendezvous FIN for no pending send"),
         }
     }
@@ -601,7 +606,11 @@ impl Core {
         for mr in r.mr.into_iter().chain(r.lanes.iter().filter_map(|l| l.mr)) {
             self.release_user(mr, out);
         }
-        if (r.read || !r.cts_sent) && !self.peers[r.peer.index()].lost {
+        // The sender waits for a FIN: before our CTS, after a read, and
+        // after a message rendezvous of anything that it was not told
+        // about already.
+        let awaits_fin = r.read || !r.cts_sent || (r.msg.is_some() && r.want > 0 && !r.abort_sent);
+        if awaits_fin && !self.peers[r.peer.index()].lost {
             let mut fin = self.header(Kind::Fin);
             fin.cookie = r.cookie.0;
             fin.status = r.failed as u32;

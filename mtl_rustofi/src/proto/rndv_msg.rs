@@ -9,11 +9,17 @@
 //! carries. The sender then sends `Data` packets, header and at most that
 //! many bytes, into the receiver's ordinary bounce buffers, keeping up to
 //! [`WINDOW`] of them in flight; the receiver copies each into the user
-//! buffer at its offset. The sender is done when its last packet completes,
-//! the receiver when every granted byte has arrived: no FIN. Failures
-//! travel as in the tagged rendezvous (see [`super::abort`]): a FIN with a
-//! failed status from the receiver, a FIN with `FLAG_ABORT` from the sender;
-//! a data packet that fails for good loses its peer, like any packet.
+//! buffer at its offset. The receiver is done when every granted byte has
+//! arrived, and then sends a FIN; the sender is done when its last packet
+//! has completed and the FIN has come. Until then it keeps the buffer, so
+//! that a data packet the receiving provider lost can be sent again: a
+//! receive buffer that completes with an error but holds the packet's
+//! header (`udp;ofi_rxd` reports `FI_ETRUNC` for a message it did not
+//! assemble whole) names the piece, and the receiver asks for it with a
+//! CTS carrying `FLAG_RESEND`. Failures travel as in the tagged rendezvous
+//! (see [`super::abort`]): a FIN with a failed status from the receiver, a
+//! FIN with `FLAG_ABORT` from the sender; a data packet that fails for
+//! good loses its peer, like any packet.
 //!
 //! Nothing is registered: the data moves through the bounce buffers, which
 //! suits providers whose messages are limited to about an MTU and which
@@ -39,6 +45,11 @@ pub(super) struct MsgSend {
     chunk: usize,
     slot: u32,
     token: u64,
+    /// Offsets of packets the receiver asked for again, sent before new
+    /// ones.
+    resend: Vec<usize>,
+    /// The receiver's FIN came: every byte arrived.
+    acked: bool,
 }
 
 /// Receiver's record of the data packets that arrived.
@@ -107,13 +118,58 @@ impl Core {
             self.finish_rndv_send(cookie, true, out);
             return;
         }
+        let grant = (hdr.ext1 as usize).min(s.buf.len());
         s.msg = Some(MsgSend {
             next_off: 0,
-            grant: (hdr.ext1 as usize).min(s.buf.len()),
+            grant,
             chunk,
             slot: hdr.ctx,
             token: hdr.ext0,
+            resend: Vec::new(),
+            // A grant of nothing is complete at the receiver at once; it
+            // sends no FIN.
+            acked: grant == 0,
         });
+        self.pump_data(cookie, out);
+    }
+
+    /// The receiver asks for the data packet at offset `ext1` again.
+    pub(super) fn on_resend_request(&mut self, peer: PeerId, hdr: &Header, out: &mut Out) {
+        let cookie = Cookie(hdr.cookie);
+        let off = hdr.ext1 as usize;
+        let Some(s) = self.rndv_send.get_mut(&cookie).filter(|s| s.peer == peer) else {
+            self.error("dropped a request to resend rendezvous data for no pending send");
+            return;
+        };
+        if s.failed {
+            // The receiver is told, or tells us, that the transfer failed.
+            return;
+        }
+        let Some(m) = s.msg.as_mut().filter(|m| m.token == hdr.ext0) else {
+            self.error("dropped a request to resend rendezvous data of another transfer");
+            return;
+        };
+        if !off.is_multiple_of(m.chunk) || off >= m.next_off {
+            let chunk = m.chunk;
+            self.count_error();
+            self.error(&format!(
+                "dropped a request to resend rendezvous data at offset {off}, which was \
+                 never sent in packets of {chunk}"
+            ));
+            return;
+        }
+        if !m.resend.contains(&off) {
+            m.resend.push(off);
+        }
+        self.pump_data(cookie, out);
+    }
+
+    /// The receiver's FIN of a message rendezvous: every byte arrived.
+    pub(super) fn msg_acked(&mut self, cookie: Cookie, out: &mut Out) {
+        if let Some(m) = self.rndv_send.get_mut(&cookie).and_then(|s| s.msg.as_mut()) {
+            m.acked = true;
+            m.resend.clear();
+        }
         self.pump_data(cookie, out);
     }
 
@@ -127,12 +183,19 @@ impl Core {
             let Some(m) = s.msg.as_mut() else {
                 return;
             };
-            if s.failed || m.next_off >= m.grant || s.outstanding >= WINDOW {
+            if s.failed || (m.resend.is_empty() && m.next_off >= m.grant) || s.outstanding >= WINDOW
+            {
                 break;
             }
-            let off = m.next_off;
+            let off = match m.resend.pop() {
+                Some(off) => off,
+                None => {
+                    let off = m.next_off;
+                    m.next_off += (m.grant - off).min(m.chunk);
+                    off
+                }
+            };
             let n = (m.grant - off).min(m.chunk);
-            m.next_off += n;
             s.outstanding += 1;
             let (peer, piece, slot, token) = (s.peer, s.buf.sub(off, n), m.slot, m.token);
             let mut hdr = self.header(Kind::Data);
@@ -150,8 +213,8 @@ impl Core {
         let Some(s) = self.rndv_send.get(&cookie) else {
             return;
         };
-        let all_sent = s.msg.as_ref().is_some_and(|m| m.next_off >= m.grant);
-        if s.outstanding == 0 && (s.failed || all_sent) {
+        let all_arrived = s.msg.as_ref().is_some_and(|m| m.acked);
+        if s.outstanding == 0 && (s.failed || all_arrived) {
             let failed = s.failed;
             self.finish_rndv_send(cookie, failed, out);
         }
@@ -214,5 +277,41 @@ impl Core {
         if m.got == r.want {
             self.finish_rndv_recv(id, out);
         }
+    }
+
+    /// A data packet from `peer` whose receive failed in the provider
+    /// with only `hdr` readable: unless the piece arrived meanwhile, the
+    /// sender is asked for it again. True if the packet was a piece of a
+    /// pending transfer.
+    pub(super) fn on_damaged_data(&mut self, peer: PeerId, hdr: &Header, out: &mut Out) -> bool {
+        let id = RndvId(hdr.ctx);
+        let Some(r) = self
+            .rndv_recv
+            .get(id)
+            .filter(|r| r.peer == peer && r.tag_base == hdr.ext1 && !r.failed)
+        else {
+            return false;
+        };
+        let Some(m) = r.msg.as_ref() else {
+            return false;
+        };
+        let off = hdr.ext0 as usize;
+        if !off.is_multiple_of(m.chunk) || off >= r.want {
+            return false;
+        }
+        let piece = off / m.chunk;
+        if m.seen[piece / 64] & (1u64 << (piece % 64)) != 0 {
+            return true;
+        }
+        let (cookie, token) = (r.cookie, r.tag_base);
+        let mut req = self.header(Kind::Cts);
+        req.flags |= wire::FLAG_RNDV_MSG | wire::FLAG_RESEND;
+        req.ctx = id.0;
+        req.cookie = cookie.0;
+        req.ext0 = token;
+        req.ext1 = off as u64;
+        req.len = m.chunk as u64;
+        self.send_ctrl(peer, &req, out);
+        true
     }
 }

@@ -759,22 +759,4 @@ impl Core {
         let n = hdr.encode(&mut b.mem);
         self.send_packet(peer, b, n, None, AfterSend::Ping, out);
     }
-
-    /// A posted receive buffer completed with an error (`canceled`: the
-    /// endpoint is closing, the buffer is not reposted).
-    pub(crate) fn on_rx_error(
-        &mut self,
-        rail: RailId,
-        slot: RxSlot,
-        canceled: bool,
-        why: &str,
-        out: &mut Out,
-    ) {
-        if canceled {
-            return;
-        }
-        self.count_error();
-        self.error(&format!("receive failed: {why}"));
-        self.repost_rx(rail, slot, out);
-    }
 }

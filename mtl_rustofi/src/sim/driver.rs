@@ -102,7 +102,7 @@ impl World {
                 Fate::Hard
             }
             Inject::CqError => Fate::Posted(true),
-            Inject::Normal | Inject::Clean => Fate::Posted(false),
+            Inject::Normal | Inject::Clean | Inject::Damaged => Fate::Posted(false),
         }
     }
 
@@ -327,6 +327,7 @@ impl World {
                 // core would give the peer up.
                 let transient = fails < RESENDS as u32;
                 let inj = if !reg_ok { Inject::Hard(-22) } else { inj };
+                let damaged = inj == Inject::Damaged;
                 let rate = if transient { self.faults.err_send } else { 0 };
                 let Fate::Posted(mut fail) =
                     self.post_fate(n, Posted::Op(op), inj, rate, transient, out)
@@ -372,7 +373,18 @@ impl World {
                 if fail {
                     *self.nodes[n].fails.entry(op).or_insert(0) += 1;
                 }
-                if !fail || self.rng.chance(self.faults.dup * 5) {
+                if damaged && !fail {
+                    let d = self.latency();
+                    self.schedule(
+                        d,
+                        Ev::DeliverDamaged {
+                            to,
+                            rail: r,
+                            from: n,
+                            pkt,
+                        },
+                    );
+                } else if !fail || self.rng.chance(self.faults.dup * 5) {
                     let d = self.latency();
                     if self.rng.chance(self.faults.dup) {
                         self.dups += 1;

@@ -55,6 +55,10 @@ pub(crate) enum Inject {
     Hard(i32),
     /// Accept it, then complete it with an error.
     CqError,
+    /// Accept and complete it, but let the receiver's buffer fail with
+    /// only the packet's header placed (a packet the receiving provider
+    /// lost, as `udp;ofi_rxd` does with `FI_ETRUNC`).
+    Damaged,
 }
 
 /// What became of a post.
@@ -101,6 +105,13 @@ pub(crate) enum Ev {
         node: usize,
         rail: usize,
         slot: usize,
+    },
+    /// A packet that takes a receive buffer and fails it (`Inject::Damaged`).
+    DeliverDamaged {
+        to: usize,
+        rail: usize,
+        from: usize,
+        pkt: Vec<u8>,
     },
     ReadDo {
         node: usize,
@@ -193,7 +204,9 @@ pub(crate) struct TMsg {
 pub(crate) struct RailSim {
     pub(crate) slots: Vec<SlotState>,
     /// Packets that found no posted buffer (the provider holds them).
-    pub(crate) pending: VecDeque<(usize, Vec<u8>)>,
+    /// Packets waiting for a posted buffer: sender, bytes, and whether
+    /// the buffer fails with only the header placed (`Inject::Damaged`).
+    pub(crate) pending: VecDeque<(usize, Vec<u8>, bool)>,
     pub(crate) tposted: Vec<TRecv>,
     pub(crate) tunexp: Vec<TMsg>,
     /// (source, tag) of cancelled tagged receives: a message arriving for

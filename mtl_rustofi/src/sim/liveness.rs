@@ -55,7 +55,9 @@ impl World {
             | Ev::ReadDo { node, .. }
             | Ev::PeerLost { node, .. }
             | Ev::Release { node, .. } => *node,
-            Ev::Deliver { to, .. } | Ev::TaggedArrive { to, .. } => *to,
+            Ev::Deliver { to, .. }
+            | Ev::DeliverDamaged { to, .. }
+            | Ev::TaggedArrive { to, .. } => *to,
             Ev::Death { .. } => return Some(ev),
         };
         match self.plan.busy {

@@ -1,14 +1,15 @@
 //! Directed cases for the message rendezvous (`proto/rndv_msg.rs`): data
-//! packets rejected at their post are resent or retried and the message
-//! still arrives intact, on every profile that uses it; the random matrix
-//! covers truncation, deaths in the middle of a transfer and duplicates.
+//! packets rejected at their post, or lost by the receiving provider, are
+//! resent or retried and the message still arrives intact, on every
+//! profile that uses it; the random matrix covers truncation, deaths in
+//! the middle of a transfer and duplicates.
 
 #![cfg(test)]
 
 use super::defects::{directed, msg, recv_status, send_status};
 use super::fabric::{Inject, PostKind};
 use super::profiles::profile_set;
-use crate::proto::Status;
+use crate::proto::{Stats, Status};
 use crate::wire::Kind;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -77,6 +78,73 @@ fn sim_msg_rndv_data_packets_retried_after_eagain() {
 fn sim_msg_rndv_data_packets_resent_after_failures() {
     data_fault("hard", |attempt| match attempt {
         1 => Inject::Hard(-5),
+        2 => Inject::CqError,
+        _ => Inject::Clean,
+    });
+}
+
+/// Plays `big_then_small` with every third data packet lost by the
+/// receiving provider (its buffer fails with only the header placed, as
+/// `udp;ofi_rxd` reports `FI_ETRUNC`) and `other` deciding the fate of
+/// the rest; checks that both messages arrive intact, that the receiver
+/// asked once for each lost packet, and that no loss counted as an error.
+fn lost_data(what: &str, other: fn(u32) -> Inject) {
+    for profile in MSG_PROFILES {
+        let posts = Rc::new(Cell::new(0u32));
+        let lost = Rc::new(Cell::new(0u64));
+        let asked = Rc::new(Cell::new(0u64));
+        let (p, l, a) = (posts.clone(), lost.clone(), asked.clone());
+        let w = directed(profile, big_then_small(profile), false, move |i| {
+            if i.kind != PostKind::Send {
+                return Inject::Clean;
+            }
+            match i.packet {
+                Some(Kind::Data) => {
+                    p.set(p.get() + 1);
+                    if p.get() % 3 == 1 {
+                        l.set(l.get() + 1);
+                        return Inject::Damaged;
+                    }
+                    return other(p.get());
+                }
+                // The receiver's grant, then its requests for lost data.
+                Some(Kind::Cts) if i.node == 1 => a.set(a.get() + 1),
+                _ => {}
+            }
+            Inject::Clean
+        });
+        let ctx = format!("{profile}/{what}");
+        assert!(lost.get() > 10, "{ctx}: only {} packets lost", lost.get());
+        assert_eq!(
+            asked.get(),
+            1 + lost.get(),
+            "{ctx}: one grant, one request per loss"
+        );
+        assert_eq!(Stats::get(&w.nodes[1].stats.rx_lost), lost.get(), "{ctx}");
+        for n in 0..2 {
+            assert_eq!(Stats::get(&w.nodes[n].stats.errors), 0, "{ctx}: node {n}");
+        }
+        for m in 0..2 {
+            assert_eq!(recv_status(&w, m), Some(Status::Ok), "{ctx}: receive {m}");
+            assert_eq!(send_status(&w, m), Some(Status::Ok), "{ctx}: send {m}");
+        }
+    }
+}
+
+/// Data packets lost at the receiver are asked for again and sent again
+/// from the buffer the sender keeps until the receiver's FIN.
+#[test]
+fn sim_msg_rndv_data_lost_at_the_receiver_is_sent_again() {
+    lost_data("lost", |_| Inject::Clean);
+}
+
+/// The same, while other data packets (first sends and resends alike)
+/// are refused with EAGAIN or fail with an error completion and are
+/// retried by the sender itself.
+#[test]
+fn sim_msg_rndv_data_lost_at_the_receiver_among_send_failures() {
+    lost_data("lost+faults", |n| match n % 5 {
+        0 => Inject::Again,
         2 => Inject::CqError,
         _ => Inject::Clean,
     });

@@ -117,17 +117,13 @@ impl World {
                 rail,
                 from,
                 pkt,
-            } => {
-                if self.nodes[to].alive && self.nodes[from].alive {
-                    self.nodes[to].rails[rail].pending.push_back((from, pkt));
-                    let stalled = self.stalled_for(to);
-                    if stalled > 0 {
-                        self.schedule(stalled, Ev::Drain { node: to, rail });
-                    } else {
-                        self.drain(to, rail);
-                    }
-                }
-            }
+            } => self.arrive(to, rail, from, pkt, false),
+            Ev::DeliverDamaged {
+                to,
+                rail,
+                from,
+                pkt,
+            } => self.arrive(to, rail, from, pkt, true),
             Ev::Drain { node, rail } => {
                 if self.nodes[node].alive {
                     self.drain(node, rail);
@@ -176,6 +172,7 @@ impl World {
                     slot(s),
                     false,
                     "simulated receive error",
+                    &[],
                     &mut out,
                 );
                 self.run_out(node, out);
@@ -250,6 +247,23 @@ impl World {
     }
 
     /// Delivers held packets into posted receive buffers.
+    /// A packet reaches node `to`: it takes a posted buffer, now or when
+    /// the node next takes packets in.
+    fn arrive(&mut self, to: usize, rail: usize, from: usize, pkt: Vec<u8>, damaged: bool) {
+        if !self.nodes[to].alive || !self.nodes[from].alive {
+            return;
+        }
+        self.nodes[to].rails[rail]
+            .pending
+            .push_back((from, pkt, damaged));
+        let stalled = self.stalled_for(to);
+        if stalled > 0 {
+            self.schedule(stalled, Ev::Drain { node: to, rail });
+        } else {
+            self.drain(to, rail);
+        }
+    }
+
     fn drain(&mut self, n: usize, rail: usize) {
         let after = self.slot_after_use(rail);
         loop {
@@ -260,12 +274,24 @@ impl World {
             let Some(s) = rs.slots.iter().position(|&st| st == SlotState::Posted) else {
                 return;
             };
-            let (_, pkt) = rs.pending.pop_front().expect("not empty");
+            let (_, pkt, damaged) = rs.pending.pop_front().expect("not empty");
             rs.slots[s] = after;
             let mut out = Out::new();
-            self.nodes[n]
-                .core
-                .on_packet(RailId(rail as u8), slot(s), &pkt, &mut out);
+            let core = &mut self.nodes[n].core;
+            if damaged {
+                // The header and a little of the payload were placed.
+                let got = &pkt[..pkt.len().min(crate::wire::EXT_LEN + 8)];
+                core.on_rx_error(
+                    RailId(rail as u8),
+                    slot(s),
+                    false,
+                    "simulated truncation",
+                    got,
+                    &mut out,
+                );
+            } else {
+                core.on_packet(RailId(rail as u8), slot(s), &pkt, &mut out);
+            }
             self.run_out(n, out);
         }
     }
@@ -351,7 +377,9 @@ impl World {
         for n in self.live().collect::<Vec<_>>() {
             for rail in 0..self.nodes[n].rails.len() {
                 self.nodes[n].rails[rail].tunexp.retain(|m| m.from != d);
-                self.nodes[n].rails[rail].pending.retain(|(f, _)| *f != d);
+                self.nodes[n].rails[rail]
+                    .pending
+                    .retain(|(f, _, _)| *f != d);
             }
             // u64::MAX: the runtime never tells (liveness probes must).
             if lost_after != u64::MAX {

@@ -561,7 +561,7 @@ impl ShmRail {
                              {} claims {} bytes; nothing more is read from that ring",
                             m.cell, m.len
                         );
-                        core.on_rx_error(rail, RxSlot(0), false, &why, out);
+                        core.on_rx_error(rail, RxSlot(0), false, &why, &[], out);
                         total += 1;
                         break;
                     }
