@@ -281,8 +281,8 @@ impl Core {
 
     /// A data packet from `peer` whose receive failed in the provider
     /// with only `hdr` readable: unless the piece arrived meanwhile, the
-    /// sender is asked for it again. True if the packet was a piece of a
-    /// pending transfer.
+    /// sender is asked for it again. False if it is no piece of a pending
+    /// transfer (whole, [`Self::on_data`] would drop it too).
     pub(super) fn on_damaged_data(&mut self, peer: PeerId, hdr: &Header, out: &mut Out) -> bool {
         let id = RndvId(hdr.ctx);
         let Some(r) = self

@@ -66,12 +66,21 @@ impl Core {
             ));
             return false;
         };
-        if hdr.kind == Kind::Data && self.on_damaged_data(peer, &hdr, out) {
-            tracing::info!(
-                peer = peer.0,
-                offset = hdr.ext0,
-                "a receive failed ({why}); its rendezvous data is asked for again"
-            );
+        if hdr.kind == Kind::Data {
+            if self.on_damaged_data(peer, &hdr, out) {
+                tracing::info!(
+                    peer = peer.0,
+                    offset = hdr.ext0,
+                    "a receive failed ({why}); its rendezvous data is asked for again"
+                );
+            } else {
+                // Whole, it would have been dropped as well (`on_data`):
+                // nothing waits for it.
+                self.error(&format!(
+                    "receive failed: {why}; dropped a lost rendezvous data packet for no \
+                     pending receive"
+                ));
+            }
             return true;
         }
         self.error(&format!(

@@ -403,6 +403,9 @@ pub(crate) struct Coverage {
     /// Read rendezvous striped, and bytes read through stripe rails.
     pub(crate) striped: u64,
     pub(crate) stripe_bytes: u64,
+    /// Data packets delivered damaged, and losses the cores counted.
+    pub(crate) damaged: u64,
+    pub(crate) rx_lost: u64,
 }
 
 impl Coverage {
@@ -451,6 +454,7 @@ impl Coverage {
         self.deaths += w.dead.is_some() as u64;
         self.deaths_mid_rndv += w.died_mid_rndv as u64;
         self.dups += w.dups as u64;
+        self.damaged += w.damaged as u64;
         self.injected += w.injected as u64;
         self.inlined += w.inlined as u64;
         self.inline_refused += w.inline_refused as u64;
@@ -464,6 +468,7 @@ impl Coverage {
             self.unexpected += Stats::get(&n.stats.unexpected);
             self.unexpected_peak += Stats::get(&n.stats.unexpected_now.peak);
             self.errors += Stats::get(&n.stats.errors);
+            self.rx_lost += Stats::get(&n.stats.rx_lost);
         }
     }
 }

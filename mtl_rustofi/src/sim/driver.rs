@@ -327,7 +327,10 @@ impl World {
                 // core would give the peer up.
                 let transient = fails < RESENDS as u32;
                 let inj = if !reg_ok { Inject::Hard(-22) } else { inj };
-                let damaged = inj == Inject::Damaged;
+                let damaged = inj == Inject::Damaged
+                    || (inj == Inject::Normal
+                        && kind == Some(crate::wire::Kind::Data)
+                        && self.rng.chance(self.faults.lose_data));
                 let rate = if transient { self.faults.err_send } else { 0 };
                 let Fate::Posted(mut fail) =
                     self.post_fate(n, Posted::Op(op), inj, rate, transient, out)
@@ -374,6 +377,7 @@ impl World {
                     *self.nodes[n].fails.entry(op).or_insert(0) += 1;
                 }
                 if damaged && !fail {
+                    self.damaged += 1;
                     let d = self.latency();
                     self.schedule(
                         d,

@@ -338,6 +338,8 @@ pub(crate) struct World {
     pub(crate) cancel_lost: usize,
     /// Packets delivered twice.
     pub(crate) dups: usize,
+    /// Packets delivered damaged (`Inject::Damaged`, `lose_data`).
+    pub(crate) damaged: usize,
     /// Packets sent with (simulated) fi_inject: no completion generated.
     pub(crate) injected: usize,
     /// Packets sent inline (`Action::SendInline`), and those the provider
@@ -521,6 +523,7 @@ impl World {
             cancel_won: 0,
             cancel_lost: 0,
             dups: 0,
+            damaged: 0,
             injected: 0,
             inlined: 0,
             inline_refused: 0,

@@ -62,6 +62,9 @@ pub(crate) struct Faults {
     pub(crate) reg_fail: u32,
     /// Packets delivered twice (also: a failed packet that arrived anyway).
     pub(crate) dup: u32,
+    /// Data packets of a message rendezvous that the receiving provider
+    /// loses: the buffer fails with only the header placed.
+    pub(crate) lose_data: u32,
     /// Completions held back fifty times longer than usual.
     pub(crate) slow: u32,
     /// One node dies in the middle of the run.

@@ -412,6 +412,7 @@ pub(crate) fn fault_set(name: &str) -> Option<Faults> {
             err_tsend: 30,
             err_trecv: 30,
             err_rx: 20,
+            lose_data: 40,
             ..none
         },
         "eagain" => Faults {
@@ -442,6 +443,7 @@ pub(crate) fn fault_set(name: &str) -> Option<Faults> {
             post_hard: 10,
             reg_fail: 20,
             dup: 30,
+            lose_data: 20,
             slow: 30,
             death: false,
             directed: false,

@@ -141,6 +141,20 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
     if fault == "dup" {
         want("duplicated packets", c.dups);
     }
+    // The own shared-memory rail's rings lose nothing.
+    let msg_on_net = rails
+        .profiles
+        .iter()
+        .any(|p| p.rndv_msg && p.kind != crate::wire::RailKind::Local);
+    if faults.lose_data > 0 && msg_on_net {
+        want("data packets lost at the receiver", c.damaged);
+        assert!(
+            c.rx_lost >= c.damaged,
+            "{profile}/{fault}: {} damaged packets, {} counted lost",
+            c.damaged,
+            c.rx_lost
+        );
+    }
     if rails.stripes > 0 {
         want("striped rendezvous", c.striped);
         want("bytes read through stripe rails", c.stripe_bytes);
