@@ -119,10 +119,18 @@ impl Driver {
         match Self::what(err.context) {
             Posted::Rx(rail, slot) => {
                 let canceled = err.err == sys::FI_ECANCELED as i32;
-                // What the provider placed before it failed: the header
-                // of a packet it lost may name what to ask for again.
+                // A truncated receive's placed bytes start at the front:
+                // the header of the packet the provider lost names what
+                // to ask for again. After another error the length says
+                // nothing of where bytes went, and the buffer may hold the
+                // previous packet's header still.
                 let b = &self.rx[rail.index()][slot.0 as usize];
-                let got = &b.mem[..err.len.min(b.mem.len())];
+                let placed = if err.err == sys::FI_ETRUNC as i32 {
+                    err.len.min(b.mem.len())
+                } else {
+                    0
+                };
+                let got = &b.mem[..placed];
                 core.on_rx_error(rail, slot, canceled, &err.message, got, out);
             }
             Posted::Op(op) if err.err == sys::FI_ECANCELED as i32 => core.on_canceled(op, out),

@@ -17,6 +17,8 @@ use crate::wire::{self, EagerMsg, Header, Kind, RailKind};
 pub(super) struct Held {
     pub(super) hdr: Header,
     pub(super) data: Vec<u8>,
+    /// The provider lost the message; only its header arrived.
+    pub(super) lost: bool,
 }
 
 pub(super) struct Peer {
@@ -288,7 +290,7 @@ impl Core {
             self.on_eager(peer, env, sync, msg.payload(), out);
             return;
         }
-        self.hold(peer, msg.header(), msg.payload(), out);
+        self.hold(peer, msg.header(), msg.payload(), false, out);
     }
 
     /// Acts on one message; `msg` holds exactly its header and payload.
@@ -307,7 +309,7 @@ impl Core {
                     self.on_matchable(peer, &hdr, payload, out);
                     return;
                 }
-                self.hold(peer, hdr, payload, out);
+                self.hold(peer, hdr, payload, false, out);
             }
             Kind::SyncAck => self.on_sync_ack(&hdr, out),
             Kind::Fin => self.on_fin(peer, &hdr, out),
@@ -332,12 +334,20 @@ impl Core {
     /// that follows are matched), or dropped as a duplicate. Out of line:
     /// a transport that keeps order never comes here.
     #[cold]
-    fn hold(&mut self, peer: PeerId, hdr: Header, payload: &[u8], out: &mut Out) {
+    pub(super) fn hold(
+        &mut self,
+        peer: PeerId,
+        hdr: Header,
+        payload: &[u8],
+        lost: bool,
+        out: &mut Out,
+    ) {
         let mut ready = Vec::new();
         let seq = hdr.seq;
         let held = Held {
             hdr,
             data: payload.to_vec(),
+            lost,
         };
         if self.peers[peer.index()]
             .order
@@ -349,7 +359,11 @@ impl Core {
             return;
         }
         for h in ready {
-            self.on_matchable(peer, &h.hdr, &h.data, out);
+            if h.lost {
+                self.on_lost_matchable(peer, &h.hdr, out);
+            } else {
+                self.on_matchable(peer, &h.hdr, &h.data, out);
+            }
         }
     }
 

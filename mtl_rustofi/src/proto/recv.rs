@@ -30,6 +30,13 @@ pub(super) enum Unexpected {
         peer: PeerId,
         hdr: Header,
     },
+    /// A message the provider lost of which the header arrived (see
+    /// [`super::rx_error`]): its receive fails.
+    Lost {
+        peer: PeerId,
+        len: u64,
+        sync: Option<Cookie>,
+    },
 }
 
 impl Unexpected {
@@ -37,6 +44,7 @@ impl Unexpected {
         match self {
             Unexpected::Eager { data, .. } => data.len() as u64,
             Unexpected::Rts { hdr, .. } => hdr.len,
+            Unexpected::Lost { len, .. } => *len,
         }
     }
 }
@@ -203,6 +211,7 @@ impl Core {
                 self.finish_eager(p, env, peer, &data, sync, out)
             }
             Unexpected::Rts { peer, hdr } => self.start_rndv_recv(p, peer, &hdr, out),
+            Unexpected::Lost { peer, sync, .. } => self.fail_lost(p, env, peer, sync, out),
         }
     }
 
@@ -306,7 +315,7 @@ impl Core {
 
     /// A matchable message no posted receive wanted waits in the
     /// unexpected queue.
-    fn queue_unexpected(&mut self, env: Envelope, u: Unexpected) {
+    pub(super) fn queue_unexpected(&mut self, env: Envelope, u: Unexpected) {
         Stats::bump(&self.stats.unexpected, 1);
         self.stats.unexpected_now.up(1);
         self.stats.unexpected_bytes_now.up(u.len());

@@ -4,7 +4,8 @@
 //!
 //! Sender: `start_rndv_send` registers the buffer where the protocol or the
 //! rail needs it, then sends the RTS; it waits for a FIN (read protocol,
-//! or any failure of the receiver) or a CTS (send protocol). Receiver:
+//! or any failure of the receiver) or a CTS (send protocol; message
+//! protocol, which then waits for a FIN too). Receiver:
 //! `start_rndv_recv` on the match registers the receive buffer where the
 //! rail needs it and hands over to [`super::rndv_read`],
 //! [`super::rndv_send`] or [`super::rndv_msg`] (which registers nothing:
@@ -53,7 +54,8 @@ pub(super) enum SendState {
     Registering(Header),
     /// The RTS is out; waiting for a CTS or a FIN.
     AwaitReply,
-    /// CTS received, data chunks going out.
+    /// CTS received, data chunks going out (message protocol: and then
+    /// the receiver's FIN awaited).
     Sending,
 }
 
@@ -79,8 +81,9 @@ pub(super) struct RecvRndv {
     pub(super) mr: Option<MrId>,
     /// Waiting for the registration of the receive buffer.
     pub(super) registering: bool,
-    /// Send protocol: the CTS went out (the sender no longer waits for a
-    /// FIN).
+    /// Send and message protocols: the CTS went out (a send-protocol
+    /// sender no longer waits for a FIN; a message-protocol one waits for
+    /// the FIN that says every byte arrived).
     pub(super) cts_sent: bool,
     /// The sender knows the transfer failed (told, or it told us).
     pub(super) abort_sent: bool,

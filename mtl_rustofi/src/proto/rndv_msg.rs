@@ -48,7 +48,8 @@ pub(super) struct MsgSend {
     /// Offsets of packets the receiver asked for again, sent before new
     /// ones.
     resend: Vec<usize>,
-    /// The receiver's FIN came: every byte arrived.
+    /// The receiver's FIN came: every byte arrived, or the receive
+    /// failed (then the send has failed too).
     acked: bool,
 }
 
@@ -149,6 +150,10 @@ impl Core {
             self.error("dropped a request to resend rendezvous data of another transfer");
             return;
         };
+        if m.acked {
+            // Overtaken by the FIN (or a duplicate): every byte arrived.
+            return;
+        }
         if !off.is_multiple_of(m.chunk) || off >= m.next_off {
             let chunk = m.chunk;
             self.count_error();
@@ -173,8 +178,9 @@ impl Core {
         self.pump_data(cookie, out);
     }
 
-    /// Sends data packets while the window allows; finishes the send when
-    /// nothing is left in flight and either everything went or it failed.
+    /// Sends data packets while the window allows (pieces asked for again
+    /// first); finishes the send when nothing is left in flight and either
+    /// the receiver's FIN came or the send failed.
     fn pump_data(&mut self, cookie: Cookie, out: &mut Out) {
         loop {
             let Some(s) = self.rndv_send.get_mut(&cookie) else {
@@ -238,8 +244,9 @@ impl Core {
             .get_mut(id)
             .filter(|r| r.peer == peer && r.tag_base == hdr.ext1 && !r.failed)
         else {
-            // A duplicate of the last packet, or data of a transfer that
-            // failed meanwhile.
+            // A duplicate of the last packet, a piece sent again that
+            // arrived after all, or data of a transfer that failed
+            // meanwhile.
             self.error("dropped a rendezvous data packet for no pending receive");
             return;
         };

@@ -9,10 +9,13 @@
 //! else is reported with its kind and sender, so that whatever then waits
 //! for it is not a mystery. The buffer is posted again either way.
 
-use super::action::Out;
-use super::ids::{RailId, RxSlot};
-use super::{Core, Stats};
-use crate::wire::{Header, Kind};
+use super::action::{Out, Status};
+use super::ids::{Cookie, PeerId, RailId, RxSlot};
+use super::peers::sync_cookie;
+use super::recv::Unexpected;
+use super::{Core, PostedRecv, Stats};
+use crate::matching::Envelope;
+use crate::wire::{self, Header, Kind};
 
 impl Core {
     /// A posted receive buffer completed with an error: `got` holds the
@@ -83,31 +86,111 @@ impl Core {
             }
             return true;
         }
-        self.error(&format!(
+        let what = format!(
             "receive failed: {why}; lost a {:?} packet from peer {} (context {}, source {}, \
              tag {}, {} bytes)",
             hdr.kind, peer.0, hdr.ctx, hdr.src, hdr.tag, hdr.len
-        ));
+        );
+        if !matches!(hdr.kind, Kind::Eager | Kind::Rts) {
+            self.error(&what);
+            return false;
+        }
+        if hdr.flags & wire::FLAG_MORE != 0 {
+            // The messages coalesced behind it are gone with it, and
+            // nothing says what they were: their receives wait, and the
+            // stall watch reports what is held behind them.
+            self.error(&format!(
+                "{what}, and the messages coalesced behind it, whose envelopes are unknown"
+            ));
+        } else {
+            self.error(&format!("{what}: the receive it matches fails"));
+        }
+        // In its place in the peer's order, so the messages behind it
+        // are not held for ever.
+        if self.peers[peer.index()].order.take_in_order(hdr.seq) {
+            self.on_lost_matchable(peer, &hdr, out);
+        } else {
+            self.hold(peer, hdr, &[], true, out);
+        }
         false
+    }
+
+    /// A matchable message the provider lost, in its order: its sender is
+    /// released at once if it waits (a rendezvous gets a failed FIN), and
+    /// the receive it matches, now or when posted, fails.
+    pub(super) fn on_lost_matchable(&mut self, peer: PeerId, hdr: &Header, out: &mut Out) {
+        if hdr.kind == Kind::Rts && !self.peers[peer.index()].lost {
+            let mut fin = self.header(Kind::Fin);
+            fin.cookie = hdr.cookie;
+            fin.status = 1;
+            self.send_ctrl(peer, &fin, out);
+        }
+        let sync = (hdr.kind == Kind::Eager)
+            .then(|| sync_cookie(hdr.flags, hdr.cookie))
+            .flatten();
+        let env = Envelope {
+            ctx: hdr.ctx,
+            src: hdr.src,
+            tag: hdr.tag,
+        };
+        match self.matcher.take_posted(&env) {
+            Some(p) => {
+                self.stats.posted_now.down(1);
+                self.fail_lost(p, env, peer, sync, out);
+            }
+            None => self.queue_unexpected(
+                env,
+                Unexpected::Lost {
+                    peer,
+                    len: hdr.len,
+                    sync,
+                },
+            ),
+        }
+    }
+
+    /// A receive matched a lost message: it fails; a synchronous sender,
+    /// whose message was matched, gets its ack.
+    pub(super) fn fail_lost(
+        &mut self,
+        p: PostedRecv,
+        env: Envelope,
+        peer: PeerId,
+        sync: Option<Cookie>,
+        out: &mut Out,
+    ) {
+        if let Some(cookie) = sync {
+            if !self.peers[peer.index()].lost {
+                let mut ack = self.header(Kind::SyncAck);
+                ack.cookie = cookie.0;
+                self.send_ctrl(peer, &ack, out);
+            }
+        }
+        self.recv_done(p.req, env, 0, Status::Failed, out);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::proto::ids::{RailId, RxSlot};
-    use crate::proto::{Action, Out, Stats};
+    use crate::matching::Selector;
+    use crate::proto::ids::{RailId, ReqId, RxSlot};
+    use crate::proto::{Action, Event, Out, Stats, Status};
+    use crate::usermem::UserBuf;
     use crate::wire::{Header, Kind};
 
     /// A failed receive buffer is posted again whatever it holds; a loss
     /// that cannot be made good counts as an error, and every one counts
-    /// as lost.
+    /// as lost. A lost eager message waits as unexpected, and the receive
+    /// that matches it fails.
     #[test]
     fn a_lost_packet_is_counted_and_its_buffer_posted_again() {
         crate::log::QUIET.with(|q| q.set(true));
         let (mut c, _) = crate::proto::test_core::net_core("udp;ofi_rxd", &[2]);
-        // An eager message of the peer (name 2) that lost its payload.
+        // An eager message of the peer (name 2), tag 7, that lost its
+        // payload.
         let mut eager = Header::new(Kind::Eager);
         eager.sender = 2;
+        eager.tag = 7;
         eager.len = 5000;
         let mut head = vec![0u8; 100];
         eager.encode(&mut head);
@@ -117,14 +200,17 @@ mod tests {
         data.len = 4000;
         let mut stray = vec![0u8; 80];
         data.encode(&mut stray);
-        let cases: [(&str, &[u8]); 5] = [
-            ("nothing placed", &[]),
-            ("shorter than a header", &head[..20]),
-            ("not a header", &[0x55; 64]),
-            ("an eager message", &head),
-            ("stray data", &stray),
+        // (what, bytes placed, counted as an error)
+        let cases: [(&str, &[u8], bool); 5] = [
+            ("nothing placed", &[], true),
+            ("shorter than a header", &head[..20], true),
+            ("not a header", &[0x55; 64], true),
+            ("an eager message", &head, true),
+            // Whole, it would be dropped too: nothing is lost.
+            ("stray data", &stray, false),
         ];
-        for (i, (what, got)) in cases.into_iter().enumerate() {
+        let mut errors = 0;
+        for (i, (what, got, error)) in cases.into_iter().enumerate() {
             let mut out = Out::new();
             c.on_rx_error(RailId(0), RxSlot(3), false, "test", got, &mut out);
             assert!(
@@ -138,10 +224,34 @@ mod tests {
                 "{what}: {:?}",
                 out.actions
             );
-            let n = i as u64 + 1;
-            assert_eq!(Stats::get(&c.stats().rx_lost), n, "{what}");
-            assert_eq!(Stats::get(&c.stats().errors), n, "{what}");
+            errors += error as u64;
+            assert_eq!(Stats::get(&c.stats().rx_lost), i as u64 + 1, "{what}");
+            assert_eq!(Stats::get(&c.stats().errors), errors, "{what}");
         }
+        assert_eq!(Stats::get(&c.stats().unexpected_now.now), 1);
+        let mut out = Out::new();
+        let posted = c.recv(
+            Selector::from_mpi(0, 0, 7),
+            None,
+            UserBuf::empty(),
+            ReqId(9),
+            &mut out,
+        );
+        assert!(posted.is_none(), "matched the lost message at once");
+        assert!(
+            matches!(
+                out.events.as_slice(),
+                [Event::Recv {
+                    req: ReqId(9),
+                    tag: 7,
+                    bytes: 0,
+                    status: Status::Failed,
+                    ..
+                }]
+            ),
+            "{:?}",
+            out.events
+        );
         // A buffer cancelled at close is neither posted nor counted.
         let mut out = Out::new();
         c.on_rx_error(RailId(0), RxSlot(3), true, "closing", &head, &mut out);

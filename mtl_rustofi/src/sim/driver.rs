@@ -3,109 +3,12 @@
 //! would, with the run's faults, and reports their outcome later.
 
 use super::fabric::{hash, read_region, write_region};
-use super::fabric::{
-    Ev, Fate, Inject, PostInfo, PostKind, PostedOp, Reg, SlotState, TMsg, TRecv, World,
-};
+use super::fabric::{Ev, Fate, Inject, PostKind, PostedOp, Reg, SlotState, TMsg, TRecv, World};
 use crate::proto::ids::{MrId, OpId};
 use crate::proto::{Access, Action, Out, PostError, Posted, RESENDS};
 use crate::usermem::Region;
 
 impl World {
-    /// Asks the directed test's hook, if any, about a post.
-    fn ask(
-        &mut self,
-        n: usize,
-        rail: usize,
-        kind: PostKind,
-        op: Option<OpId>,
-        local: Option<Region>,
-        packet: Option<crate::wire::Kind>,
-    ) -> Inject {
-        let attempt = match op {
-            Some(op) => {
-                let a = self.nodes[n].attempts.entry(op).or_insert(0);
-                *a += 1;
-                *a
-            }
-            None => 0,
-        };
-        if kind == PostKind::PostRecv {
-            self.nodes[n].rx_posts += 1;
-        }
-        let Some(hook) = self.hook.as_mut() else {
-            return Inject::Normal;
-        };
-        let last_chunk = local.is_some_and(|l| {
-            self.nodes[n]
-                .user_mem
-                .range(..=l.addr)
-                .next_back()
-                .is_some_and(|(&a, &len)| a + len == l.addr + l.len)
-        });
-        hook(&PostInfo {
-            node: n,
-            rail,
-            kind,
-            op,
-            attempt,
-            last_chunk,
-            packet,
-            rx_post: self.nodes[n].rx_posts,
-        })
-    }
-
-    /// What a post meets: the hook's choice, or the run's random faults
-    /// (an error completion at `err_rate`; a hard rejection only if
-    /// `hard_ok`).
-    fn draw(&mut self, inj: Inject, err_rate: u32, hard_ok: bool) -> Inject {
-        match inj {
-            Inject::Normal => {
-                if self.rng.chance(self.faults.post_again) {
-                    Inject::Again
-                } else if hard_ok && self.rng.chance(self.faults.post_hard) {
-                    Inject::Hard(-5)
-                } else if self.rng.chance(err_rate) {
-                    Inject::CqError
-                } else {
-                    Inject::Clean
-                }
-            }
-            i => i,
-        }
-    }
-
-    /// Decides the fate of a post and reports a rejection to the core.
-    fn post_fate(
-        &mut self,
-        n: usize,
-        what: Posted,
-        inj: Inject,
-        err_rate: u32,
-        hard_ok: bool,
-        out: &mut Out,
-    ) -> Fate {
-        let inj = self.draw(inj, err_rate, hard_ok);
-        match inj {
-            Inject::Again => {
-                self.nodes[n]
-                    .core
-                    .on_post_failed(what, PostError::Again, out);
-                Fate::Again
-            }
-            Inject::Hard(code) => {
-                if let Posted::Op(op) = what {
-                    *self.nodes[n].fails.entry(op).or_insert(0) += 1;
-                }
-                self.nodes[n]
-                    .core
-                    .on_post_failed(what, PostError::Hard(code), out);
-                Fate::Hard
-            }
-            Inject::CqError => Fate::Posted(true),
-            Inject::Normal | Inject::Clean | Inject::Damaged => Fate::Posted(false),
-        }
-    }
-
     /// A chunk's id is free again once reported (a packet's is reused by
     /// its resends).
     pub(crate) fn forget(&mut self, n: usize, op: OpId) {
@@ -304,16 +207,11 @@ impl World {
                         "node {n}: zero-copy payload on an FI_MR_LOCAL rail"
                     ));
                 }
-                let kind = crate::wire::Header::decode_prefix(&read_region(
-                    head.slice(0, crate::wire::EXT_LEN),
-                ))
-                .ok()
-                .map(|(h, _)| h.kind)
-                .or_else(|| {
-                    crate::wire::Header::decode(&read_region(head))
-                        .ok()
-                        .map(|h| h.kind)
-                });
+                // The first message's header (its payload may be apart).
+                let first = crate::wire::Header::decode_head(&read_region(head))
+                    .ok()
+                    .map(|h| (h.kind, h.tag));
+                let kind = first.map(|(k, _)| k);
                 if kind == Some(crate::wire::Kind::Data) {
                     // A message rendezvous's data packet is its chunk.
                     self.maybe_die_on_chunk(n, to);
@@ -321,7 +219,14 @@ impl World {
                 if kind == Some(crate::wire::Kind::Ping) {
                     self.pings += 1;
                 }
-                let inj = self.ask(n, r, PostKind::Send, Some(op), None, kind);
+                let inj = self.ask(
+                    n,
+                    r,
+                    PostKind::Send,
+                    Some(op),
+                    None,
+                    first.map(|(k, t)| (k, Some(t))),
+                );
                 let fails = self.nodes[n].fails.get(&op).copied().unwrap_or(0);
                 // A recovering provider: random failures stop before the
                 // core would give the peer up.
@@ -361,7 +266,9 @@ impl World {
                     // no completion follows. A reliable endpoint delivers
                     // it unless the peer is gone (an error after an inject
                     // is never reported to the sender).
-                    if self.nodes[to].alive {
+                    if damaged && self.nodes[to].alive {
+                        self.deliver_damaged(n, to, r, pkt);
+                    } else if self.nodes[to].alive {
                         self.inject_deliver(n, to, r, pkt);
                     }
                     self.forget_op(n, op);
@@ -377,17 +284,7 @@ impl World {
                     *self.nodes[n].fails.entry(op).or_insert(0) += 1;
                 }
                 if damaged && !fail {
-                    self.damaged += 1;
-                    let d = self.latency();
-                    self.schedule(
-                        d,
-                        Ev::DeliverDamaged {
-                            to,
-                            rail: r,
-                            from: n,
-                            pkt,
-                        },
-                    );
+                    self.deliver_damaged(n, to, r, pkt);
                 } else if !fail || self.rng.chance(self.faults.dup * 5) {
                     let d = self.latency();
                     if self.rng.chance(self.faults.dup) {
@@ -455,7 +352,7 @@ impl World {
                     PostKind::Send,
                     None,
                     None,
-                    Some(crate::wire::Kind::Eager),
+                    Some((crate::wire::Kind::Eager, None)),
                 );
                 // No error completion can follow an inline packet.
                 let refused = match self.draw(inj, 0, true) {
@@ -756,8 +653,21 @@ impl World {
         );
     }
 
-    /// Death "in the middle of a rendezvous": at the first chunk involving
-    /// the doomed node.
+    /// Delivers a packet damaged: it takes a buffer and fails it.
+    fn deliver_damaged(&mut self, from: usize, to: usize, rail: usize, pkt: Vec<u8>) {
+        self.damaged += 1;
+        let d = self.latency();
+        self.schedule(
+            d,
+            Ev::DeliverDamaged {
+                to,
+                rail,
+                from,
+                pkt,
+            },
+        );
+    }
+
     /// Delivers an injected packet (perhaps twice, under `dup`).
     fn inject_deliver(&mut self, from: usize, to: usize, rail: usize, pkt: Vec<u8>) {
         if self.rng.chance(self.faults.dup) {
@@ -786,6 +696,8 @@ impl World {
         );
     }
 
+    /// Death "in the middle of a rendezvous": at the first chunk involving
+    /// the doomed node.
     fn maybe_die_on_chunk(&mut self, a: usize, b: usize) {
         if let Some(d) = self.plan.death {
             if d.on_first_chunk && self.dead.is_none() && (a == d.node || b == d.node) {

@@ -40,6 +40,8 @@ pub(crate) struct PostInfo {
     pub(crate) last_chunk: bool,
     /// Kind of the first message of a packet (`Send`).
     pub(crate) packet: Option<crate::wire::Kind>,
+    /// Its tag (a matchable message's; not an inline `Send`'s).
+    pub(crate) tag: Option<i32>,
     /// Receive-buffer posts of this node so far, this one included.
     pub(crate) rx_post: u64,
 }

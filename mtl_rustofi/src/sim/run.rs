@@ -246,7 +246,6 @@ impl World {
         }
     }
 
-    /// Delivers held packets into posted receive buffers.
     /// A packet reaches node `to`: it takes a posted buffer, now or when
     /// the node next takes packets in.
     fn arrive(&mut self, to: usize, rail: usize, from: usize, pkt: Vec<u8>, damaged: bool) {
@@ -264,6 +263,7 @@ impl World {
         }
     }
 
+    /// Delivers held packets into posted receive buffers.
     fn drain(&mut self, n: usize, rail: usize) {
         let after = self.slot_after_use(rail);
         loop {
