@@ -4,12 +4,15 @@
 //! and asserts what must hold for any input.
 //!
 //! - [`header`]: a packet header (`wire::Header::decode_prefix`/`decode`,
-//!   and `wire::EagerMsg::parse` against them);
+//!   and `wire::EagerMsg::parse` and `wire::Header::decode_head` against
+//!   them);
 //! - [`peer_info`]: a peer's modex record (`wire::PeerInfo::decode`);
 //! - [`core_packets`]: a protocol core fed a script of posted receives,
 //!   sends, operation reports and packets, both well-formed headers with
 //!   fuzzed fields (RTS, CTS and FIN bodies, sequence numbers, coalesced
-//!   runs) and raw bytes, through the same `on_packet` the driver calls.
+//!   runs) and raw bytes, through the same `on_packet` the driver calls,
+//!   and now and then as a receive the provider lost with only its front
+//!   placed (`on_rx_error`).
 
 use crate::config::Fault;
 use crate::matching::{Selector, Source, Tag};
@@ -32,7 +35,13 @@ pub fn header(data: &[u8]) {
         assert_eq!(again, h);
         assert_eq!(n2, n);
     }
-    let _ = Header::decode(data);
+    // A damaged receive's header reads as the whole packet's would (a
+    // striped RTS without its stripes).
+    let head = Header::decode_head(data);
+    if let Ok(mut h) = Header::decode(data) {
+        h.stripes = Default::default();
+        assert_eq!(head, Ok(h));
+    }
     // The receive path reads an eager message in place: exactly what
     // decodes as one, the same header and length.
     match (wire::EagerMsg::parse(data), Header::decode_prefix(data)) {
@@ -259,7 +268,14 @@ pub fn core_packets(data: &[u8]) {
                     let i = s.u16() as usize % pkt.len();
                     pkt[i] ^= s.u8() | 1;
                 }
-                core.on_packet(rail, RxSlot((slot % RX_COUNT) as u32), &pkt, &mut out);
+                let at = RxSlot((slot % RX_COUNT) as u32);
+                if s.u8() % 8 == 0 {
+                    // Lost by the provider with only its front placed.
+                    let placed = s.u16() as usize % (pkt.len() + 1);
+                    core.on_rx_error(rail, at, false, "fuzzed loss", &pkt[..placed], &mut out);
+                } else {
+                    core.on_packet(rail, at, &pkt, &mut out);
+                }
                 slot += 1;
             }
             4 => {
