@@ -359,10 +359,10 @@ impl Header {
         }
     }
 
-    /// Parses and validates a received packet of `pkt.len()` bytes. For an
-    /// `Eager` packet the payload is `pkt[BASE_LEN..]` and its length must
-    /// equal the header's `len`.
-    pub(crate) fn decode(pkt: &[u8]) -> Result<Header, DecodeError> {
+    /// The kind and base header at the front of `pkt`, once its length,
+    /// magic, version and kind are checked.
+    #[inline]
+    fn check_base(pkt: &[u8]) -> Result<(Kind, &[u8; BASE_LEN]), DecodeError> {
         let Some(head) = pkt.first_chunk::<BASE_LEN>() else {
             return Err(DecodeError::Short(pkt.len()));
         };
@@ -373,6 +373,14 @@ impl Header {
             return Err(DecodeError::BadVersion(head[3]));
         }
         let kind = Kind::from_u8(head[1]).ok_or(DecodeError::BadKind(head[1]))?;
+        Ok((kind, head))
+    }
+
+    /// Parses and validates a received packet of `pkt.len()` bytes. For an
+    /// `Eager` packet the payload is `pkt[BASE_LEN..]` and its length must
+    /// equal the header's `len`.
+    pub(crate) fn decode(pkt: &[u8]) -> Result<Header, DecodeError> {
+        let (kind, head) = Header::check_base(pkt)?;
         let u64_at = |o: usize| u64::from_le_bytes(pkt[o..o + 8].try_into().unwrap());
         let mut h = Header::base(kind, head);
         let striped = kind == Kind::Rts && h.flags & FLAG_STRIPE != 0;
@@ -419,16 +427,7 @@ impl Header {
     /// as [`Self::decode`] checks it, except that the packet may end
     /// anywhere after the header. A striped RTS keeps no stripes.
     pub(crate) fn decode_head(pkt: &[u8]) -> Result<Header, DecodeError> {
-        let Some(head) = pkt.first_chunk::<BASE_LEN>() else {
-            return Err(DecodeError::Short(pkt.len()));
-        };
-        if head[0] != MAGIC {
-            return Err(DecodeError::BadMagic(head[0]));
-        }
-        if head[3] != VERSION {
-            return Err(DecodeError::BadVersion(head[3]));
-        }
-        let kind = Kind::from_u8(head[1]).ok_or(DecodeError::BadKind(head[1]))?;
+        let (kind, head) = Header::check_base(pkt)?;
         let mut h = Header::base(kind, head);
         if h.wire_len() >= EXT_LEN {
             let Some(ext) = pkt.get(BASE_LEN..EXT_LEN) else {

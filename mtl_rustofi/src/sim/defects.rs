@@ -87,6 +87,14 @@ pub(super) fn send_status(w: &World, i: usize) -> Option<Status> {
     })
 }
 
+/// Asserts that each of messages `msgs` was sent and received whole.
+pub(super) fn assert_delivered(w: &World, msgs: impl IntoIterator<Item = usize>, ctx: &str) {
+    for m in msgs {
+        assert_eq!(recv_status(w, m), Some(Status::Ok), "{ctx}: receive {m}");
+        assert_eq!(send_status(w, m), Some(Status::Ok), "{ctx}: send {m}");
+    }
+}
+
 /// Status of the receive that got message `i` (tags are unique).
 pub(super) fn recv_status(w: &World, i: usize) -> Option<Status> {
     let m = w.plan.msgs[i].spec;

@@ -5,7 +5,7 @@
 
 #![cfg(test)]
 
-use super::defects::{directed, msg, recv_status, send_status};
+use super::defects::{assert_delivered, directed, msg, recv_status, send_status};
 use super::fabric::{Inject, PostKind};
 use super::profiles::profile_set;
 use super::workload::MsgSpec;
@@ -52,18 +52,7 @@ fn lose_third(what: &str, len_of: fn(usize) -> usize, sync: bool) -> Vec<(String
             1,
             "{profile}/{what}: one loss"
         );
-        for m in [0, 1, 3, 4] {
-            assert_eq!(
-                recv_status(&w, m),
-                Some(Status::Ok),
-                "{profile}/{what}: receive {m}"
-            );
-            assert_eq!(
-                send_status(&w, m),
-                Some(Status::Ok),
-                "{profile}/{what}: send {m}"
-            );
-        }
+        assert_delivered(&w, [0, 1, 3, 4], &format!("{profile}/{what}"));
         assert_eq!(
             recv_status(&w, 2),
             Some(Status::Failed),

@@ -6,10 +6,10 @@
 
 #![cfg(test)]
 
-use super::defects::{directed, msg, recv_status, send_status};
+use super::defects::{assert_delivered, directed, msg};
 use super::fabric::{Inject, PostKind};
 use super::profiles::profile_set;
-use crate::proto::{Stats, Status};
+use crate::proto::Stats;
 use crate::wire::Kind;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -44,18 +44,7 @@ fn data_fault(what: &str, inject: fn(u32) -> Inject) {
             "{profile}/{what}: only {} data posts",
             seen.get()
         );
-        for m in 0..2 {
-            assert_eq!(
-                recv_status(&w, m),
-                Some(Status::Ok),
-                "{profile}/{what}: receive {m}"
-            );
-            assert_eq!(
-                send_status(&w, m),
-                Some(Status::Ok),
-                "{profile}/{what}: send {m}"
-            );
-        }
+        assert_delivered(&w, 0..2, &format!("{profile}/{what}"));
     }
 }
 
@@ -124,10 +113,7 @@ fn lost_data(what: &str, other: fn(u32) -> Inject) {
         for n in 0..2 {
             assert_eq!(Stats::get(&w.nodes[n].stats.errors), 0, "{ctx}: node {n}");
         }
-        for m in 0..2 {
-            assert_eq!(recv_status(&w, m), Some(Status::Ok), "{ctx}: receive {m}");
-            assert_eq!(send_status(&w, m), Some(Status::Ok), "{ctx}: send {m}");
-        }
+        assert_delivered(&w, 0..2, &ctx);
     }
 }
 
