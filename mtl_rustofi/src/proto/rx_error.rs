@@ -5,9 +5,12 @@
 //! reports `FI_ETRUNC` for a message whose segments it did not assemble,
 //! with the bytes it did place in the buffer. When those bytes hold the
 //! packet's header, the loss is named: a data packet of a message
-//! rendezvous is asked for again (see [`super::rndv_msg`]), and anything
-//! else is reported with its kind and sender, so that whatever then waits
-//! for it is not a mystery. The buffer is posted again either way.
+//! rendezvous is asked for again (see [`super::rndv_msg`]); an eager
+//! message or a rendezvous request takes its place in the sender's order
+//! and fails the receive it matches (its sender, which completed or is
+//! told, cannot send it again); anything else is reported with its kind
+//! and sender, so that whatever then waits for it is not a mystery. The
+//! buffer is posted again either way.
 
 use super::action::{Out, Status};
 use super::ids::{Cookie, PeerId, RailId, RxSlot};
