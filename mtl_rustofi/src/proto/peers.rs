@@ -290,7 +290,7 @@ impl Core {
             self.on_eager(peer, env, sync, msg.payload(), out);
             return;
         }
-        self.hold(peer, msg.header(), msg.payload(), false, out);
+        let _ = self.hold(peer, msg.header(), msg.payload(), false, out);
     }
 
     /// Acts on one message; `msg` holds exactly its header and payload.
@@ -309,7 +309,7 @@ impl Core {
                     self.on_matchable(peer, &hdr, payload, out);
                     return;
                 }
-                self.hold(peer, hdr, payload, false, out);
+                let _ = self.hold(peer, hdr, payload, false, out);
             }
             Kind::SyncAck => self.on_sync_ack(&hdr, out),
             Kind::Fin => self.on_fin(peer, &hdr, out),
@@ -331,8 +331,8 @@ impl Core {
 
     /// A matchable message from `peer` that is not the next in order:
     /// held until its predecessors are here (then it and every held one
-    /// that follows are matched), or dropped as a duplicate. Out of line:
-    /// a transport that keeps order never comes here.
+    /// that follows are matched), or dropped as a duplicate (false). Out
+    /// of line: a transport that keeps order never comes here.
     #[cold]
     pub(super) fn hold(
         &mut self,
@@ -341,7 +341,7 @@ impl Core {
         payload: &[u8],
         lost: bool,
         out: &mut Out,
-    ) {
+    ) -> bool {
         let mut ready = Vec::new();
         let seq = hdr.seq;
         let held = Held {
@@ -356,7 +356,7 @@ impl Core {
         {
             self.count_error();
             self.error(&format!("dropped a duplicate packet (seq {seq})"));
-            return;
+            return false;
         }
         for h in ready {
             if h.lost {
@@ -365,6 +365,7 @@ impl Core {
                 self.on_matchable(peer, &h.hdr, &h.data, out);
             }
         }
+        true
     }
 
     /// A message from a process that is not a peer is dropped.

@@ -8,9 +8,10 @@
 //! rendezvous is asked for again (see [`super::rndv_msg`]); an eager
 //! message or a rendezvous request takes its place in the sender's order
 //! and fails the receive it matches (its sender, which completed or is
-//! told, cannot send it again); anything else is reported with its kind
-//! and sender, so that whatever then waits for it is not a mystery. The
-//! buffer is posted again either way.
+//! told, cannot send it again), and if other messages were coalesced
+//! behind it, which nothing names, the peer is given up; anything else is
+//! reported with its kind and sender, so that whatever then waits for it
+//! is not a mystery. The buffer is posted again either way.
 
 use super::action::{Out, Status};
 use super::ids::{Cookie, PeerId, RailId, RxSlot};
@@ -98,22 +99,35 @@ impl Core {
             self.error(&what);
             return false;
         }
-        if hdr.flags & wire::FLAG_MORE != 0 {
-            // The messages coalesced behind it are gone with it, and
-            // nothing says what they were: their receives wait, and the
-            // stall watch reports what is held behind them.
-            self.error(&format!(
-                "{what}, and the messages coalesced behind it, whose envelopes are unknown"
-            ));
-        } else {
-            self.error(&format!("{what}: the receive it matches fails"));
-        }
+        // A header from the peer arrived: it is alive, and a receive may
+        // complete.
+        self.heard_from(peer);
+        self.stall.moved = true;
+        let more = hdr.flags & wire::FLAG_MORE != 0;
         // In its place in the peer's order, so the messages behind it
         // are not held for ever.
-        if self.peers[peer.index()].order.take_in_order(hdr.seq) {
+        let fresh = if self.peers[peer.index()].order.take_in_order(hdr.seq) {
             self.on_lost_matchable(peer, &hdr, out);
+            true
         } else {
-            self.hold(peer, hdr, &[], true, out);
+            self.hold(peer, hdr, &[], true, out)
+        };
+        if !fresh {
+            // A duplicate, dropped and counted by `hold`: nothing lost.
+            return true;
+        }
+        self.error(&format!("{what}: the receive it matches fails"));
+        if more {
+            // The messages coalesced behind it are gone too, and nothing
+            // says how many: every later message of the peer would wait
+            // for them in its order, silently. Giving the peer up fails
+            // what waits on it instead.
+            self.peer_gone(
+                peer,
+                "messages coalesced behind a lost one were lost with it, and their number \
+                 is unknown; the peer is given up",
+                out,
+            );
         }
         false
     }
@@ -122,7 +136,9 @@ impl Core {
     /// released at once if it waits (a rendezvous gets a failed FIN), and
     /// the receive it matches, now or when posted, fails.
     pub(super) fn on_lost_matchable(&mut self, peer: PeerId, hdr: &Header, out: &mut Out) {
-        if hdr.kind == Kind::Rts && !self.peers[peer.index()].lost {
+        // (An RTS with a failed status comes from a sender that has
+        // given up already and waits for nothing.)
+        if hdr.kind == Kind::Rts && hdr.status == 0 && !self.peers[peer.index()].lost {
             let mut fin = self.header(Kind::Fin);
             fin.cookie = hdr.cookie;
             fin.status = 1;
@@ -260,5 +276,32 @@ mod tests {
         c.on_rx_error(RailId(0), RxSlot(3), true, "closing", &head, &mut out);
         assert!(out.actions.is_empty());
         assert_eq!(Stats::get(&c.stats().rx_lost), 5);
+    }
+
+    /// A lost eager message delivered twice counts one error for the loss
+    /// and one for the duplicate; one with messages coalesced behind it
+    /// gives its peer up, since they can never be matched in order.
+    #[test]
+    fn a_lost_duplicate_and_a_lost_coalesced_run() {
+        crate::log::QUIET.with(|q| q.set(true));
+        let (mut c, peers) = crate::proto::test_core::net_core("udp;ofi_rxd", &[2, 3]);
+        let lost = |c: &mut crate::proto::Core, sender: u64, flags: u8| {
+            let mut h = Header::new(Kind::Eager);
+            h.sender = sender;
+            h.flags = flags;
+            h.len = 3000;
+            let mut b = vec![0u8; 64];
+            h.encode(&mut b);
+            let mut out = Out::new();
+            c.on_rx_error(RailId(0), RxSlot(1), false, "test", &b, &mut out);
+        };
+        lost(&mut c, 2, 0);
+        lost(&mut c, 2, 0);
+        assert_eq!(Stats::get(&c.stats().errors), 2);
+        assert_eq!(Stats::get(&c.stats().unexpected_now.now), 1, "queued once");
+        assert!(!c.peers[peers[0].index()].lost);
+        lost(&mut c, 3, crate::wire::FLAG_MORE);
+        assert!(c.peers[peers[1].index()].lost, "the peer is given up");
+        assert!(!c.peers[peers[0].index()].lost, "no other");
     }
 }
