@@ -25,10 +25,7 @@ impl Core {
         r.abort_sent |= !r.read && r.cts_sent;
         let (peer, cookie) = (r.peer, r.cookie);
         if tell && !self.peers[peer.index()].lost {
-            let mut fin = self.header(Kind::Fin);
-            fin.cookie = cookie.0;
-            fin.status = 1;
-            self.send_ctrl(peer, &fin, out);
+            self.send_fin(peer, cookie.0, true, out);
         }
         self.cancel_chunks(ChunkOwner::Recv(id), out);
     }

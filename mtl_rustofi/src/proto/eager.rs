@@ -343,6 +343,19 @@ impl Core {
         out: &mut Out,
     ) {
         let n = p.buf.write(data);
+        self.ack_sync(peer, sync, out);
+        let status = if data.len() > p.buf.len() {
+            Status::Truncated
+        } else {
+            Status::Ok
+        };
+        self.recv_done(p.req, env, n, status, out);
+    }
+
+    /// A synchronous send (`sync`: its cookie) was matched: its sender is
+    /// told, unless it is lost.
+    #[inline]
+    pub(super) fn ack_sync(&mut self, peer: PeerId, sync: Option<Cookie>, out: &mut Out) {
         if let Some(cookie) = sync {
             if !self.peers[peer.index()].lost {
                 let mut ack = self.header(Kind::SyncAck);
@@ -350,12 +363,6 @@ impl Core {
                 self.send_ctrl(peer, &ack, out);
             }
         }
-        let status = if data.len() > p.buf.len() {
-            Status::Truncated
-        } else {
-            Status::Ok
-        };
-        self.recv_done(p.req, env, n, status, out);
     }
 
     /// The receiver matched a synchronous send.

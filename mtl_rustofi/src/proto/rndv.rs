@@ -339,6 +339,15 @@ impl Core {
         }
     }
 
+    /// The receiver's FIN to the sender of the rendezvous `cookie`: done
+    /// with its buffer, the transfer `failed` or not.
+    pub(super) fn send_fin(&mut self, peer: PeerId, cookie: u64, failed: bool, out: &mut Out) {
+        let mut fin = self.header(Kind::Fin);
+        fin.cookie = cookie;
+        fin.status = failed as u32;
+        self.send_ctrl(peer, &fin, out);
+    }
+
     pub(super) fn finish_rndv_send(&mut self, cookie: Cookie, failed: bool, out: &mut Out) {
         let Some(s) = self.rndv_send.remove(&cookie) else {
             return;
@@ -391,10 +400,7 @@ impl Core {
             // use (mtl_rustofi_tagged = off, or no FI_TAGGED).
             self.count_error();
             self.error("a rendezvous by tagged send arrived, but FI_TAGGED is not in use here");
-            let mut fin = self.header(Kind::Fin);
-            fin.cookie = hdr.cookie;
-            fin.status = 1;
-            self.send_ctrl(peer, &fin, out);
+            self.send_fin(peer, hdr.cookie, true, out);
             self.recv_done(p.req, env, 0, Status::Failed, out);
             return;
         }
@@ -614,10 +620,7 @@ impl Core {
         // about already.
         let awaits_fin = r.read || !r.cts_sent || (r.msg.is_some() && r.want > 0 && !r.abort_sent);
         if awaits_fin && !self.peers[r.peer.index()].lost {
-            let mut fin = self.header(Kind::Fin);
-            fin.cookie = r.cookie.0;
-            fin.status = r.failed as u32;
-            self.send_ctrl(r.peer, &fin, out);
+            self.send_fin(r.peer, r.cookie.0, r.failed, out);
         }
         let status = if r.failed {
             Status::Failed

@@ -61,6 +61,18 @@ pub(super) struct MsgRecv {
     seen: Vec<u64>,
 }
 
+impl MsgRecv {
+    /// Whether piece `piece` arrived; with `mark`, notes that it has.
+    fn seen(&mut self, piece: usize, mark: bool) -> bool {
+        let bit = 1u64 << (piece % 64);
+        let was = self.seen[piece / 64] & bit != 0;
+        if mark {
+            self.seen[piece / 64] |= bit;
+        }
+        was
+    }
+}
+
 impl Core {
     /// Payload bytes per data packet between this rank and `peer`. The
     /// peer's eager limit is the smaller of both ranks' limits, so both
@@ -236,14 +248,18 @@ impl Core {
         self.pump_data(cookie, out);
     }
 
+    /// The pending receive a data packet from `peer` names (its slot and
+    /// the receiver's token), unless it failed meanwhile.
+    fn data_target(&mut self, peer: PeerId, hdr: &Header) -> Option<&mut super::rndv::RecvRndv> {
+        self.rndv_recv
+            .get_mut(RndvId(hdr.ctx))
+            .filter(|r| r.peer == peer && r.tag_base == hdr.ext1 && !r.failed)
+    }
+
     /// A data packet arrived: copy it into place.
     pub(super) fn on_data(&mut self, peer: PeerId, hdr: &Header, payload: &[u8], out: &mut Out) {
         let id = RndvId(hdr.ctx);
-        let Some(r) = self
-            .rndv_recv
-            .get_mut(id)
-            .filter(|r| r.peer == peer && r.tag_base == hdr.ext1 && !r.failed)
-        else {
+        let Some(r) = self.data_target(peer, hdr) else {
             // A duplicate of the last packet, a piece sent again that
             // arrived after all, or data of a transfer that failed
             // meanwhile.
@@ -273,12 +289,10 @@ impl Core {
             self.finish_rndv_recv(id, out);
             return;
         }
-        let bit = 1u64 << (piece % 64);
-        if m.seen[piece / 64] & bit != 0 {
+        if m.seen(piece, true) {
             self.error("dropped a duplicate rendezvous data packet");
             return;
         }
-        m.seen[piece / 64] |= bit;
         m.got += payload.len();
         r.buf.sub(off, payload.len()).write(payload);
         if m.got == r.want {
@@ -292,32 +306,27 @@ impl Core {
     /// transfer (whole, [`Self::on_data`] would drop it too).
     pub(super) fn on_damaged_data(&mut self, peer: PeerId, hdr: &Header, out: &mut Out) -> bool {
         let id = RndvId(hdr.ctx);
-        let Some(r) = self
-            .rndv_recv
-            .get(id)
-            .filter(|r| r.peer == peer && r.tag_base == hdr.ext1 && !r.failed)
-        else {
+        let Some(r) = self.data_target(peer, hdr) else {
             return false;
         };
-        let Some(m) = r.msg.as_ref() else {
+        let (want, cookie, token) = (r.want, r.cookie, r.tag_base);
+        let Some(m) = r.msg.as_mut() else {
             return false;
         };
-        let off = hdr.ext0 as usize;
-        if !off.is_multiple_of(m.chunk) || off >= r.want {
+        let (off, chunk) = (hdr.ext0 as usize, m.chunk);
+        if !off.is_multiple_of(chunk) || off >= want {
             return false;
         }
-        let piece = off / m.chunk;
-        if m.seen[piece / 64] & (1u64 << (piece % 64)) != 0 {
+        if m.seen(off / chunk, false) {
             return true;
         }
-        let (cookie, token) = (r.cookie, r.tag_base);
         let mut req = self.header(Kind::Cts);
         req.flags |= wire::FLAG_RNDV_MSG | wire::FLAG_RESEND;
         req.ctx = id.0;
         req.cookie = cookie.0;
         req.ext0 = token;
         req.ext1 = off as u64;
-        req.len = m.chunk as u64;
+        req.len = chunk as u64;
         self.send_ctrl(peer, &req, out);
         true
     }

@@ -139,10 +139,7 @@ impl Core {
         // (An RTS with a failed status comes from a sender that has
         // given up already and waits for nothing.)
         if hdr.kind == Kind::Rts && hdr.status == 0 && !self.peers[peer.index()].lost {
-            let mut fin = self.header(Kind::Fin);
-            fin.cookie = hdr.cookie;
-            fin.status = 1;
-            self.send_ctrl(peer, &fin, out);
+            self.send_fin(peer, hdr.cookie, true, out);
         }
         let sync = (hdr.kind == Kind::Eager)
             .then(|| sync_cookie(hdr.flags, hdr.cookie))
@@ -178,13 +175,7 @@ impl Core {
         sync: Option<Cookie>,
         out: &mut Out,
     ) {
-        if let Some(cookie) = sync {
-            if !self.peers[peer.index()].lost {
-                let mut ack = self.header(Kind::SyncAck);
-                ack.cookie = cookie.0;
-                self.send_ctrl(peer, &ack, out);
-            }
-        }
+        self.ack_sync(peer, sync, out);
         self.recv_done(p.req, env, 0, Status::Failed, out);
     }
 }
