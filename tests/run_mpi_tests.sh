@@ -269,6 +269,9 @@ check_protocol_split() {
 # space-separated list of extra assertions:
 #   clean         errors=0 and sent/recv message and byte sums balance
 #                 (when STRICT_COUNTERS=1)
+#   balanced      sent/recv message and byte sums balance (errors allowed)
+#   errors_from=RE every error line of the output matches RE (grep -E):
+#                 the only errors are the ones the run provokes
 #   limit=N       eager/rndv split matches the program's STATS for limit N
 #   rndv>=N       sum of rndv counters at least N
 #   unexpected>=N sum of unexpected counters at least N
@@ -385,6 +388,19 @@ run_test() {
                 elif ((sb != rb)); then
                     why="sum(sent_bytes)=$sb but sum(recv_bytes)=$rb"
                 fi
+                ;;
+            balanced)
+                if ((sm != rm)); then
+                    why="sum(sent_msgs)=$sm but sum(recv_msgs)=$rm"
+                elif ((sb != rb)); then
+                    why="sum(sent_bytes)=$sb but sum(recv_bytes)=$rb"
+                fi
+                ;;
+            errors_from=*)
+                local stray
+                stray=$(grep -h "mtl_rustofi: error:" "$log" "$log.ranks"/*/rank.*/std* 2>/dev/null |
+                    grep -Ev -- "${c#errors_from=}" | head -1) || true
+                [[ -z "$stray" ]] || why="an error the run did not provoke: $stray"
                 ;;
             limit=*) why=$(check_protocol_split "$log" "${c#limit=}" "$eg" "$rv") ;;
             rndv\>=*) ((rv >= ${c#rndv>=})) || why="sum(rndv)=$rv, expected >= ${c#rndv>=}" ;;
@@ -673,9 +689,24 @@ for prov in $PROVIDERS; do
     run_test order_wildcard "$prov" 2 "grep=malformed" fault_inject=bad_packet
     # Message rendezvous data the receiving provider lost (every fourth
     # data packet taken as lost): asked for and sent again, nothing lost,
-    # no error counted.
-    run_test big_checksum "$prov" 2 "clean rndv>=4 grep=rx_lost=[1-9]" \
+    # no error counted. udp;ofi_rxd was seen to garble a packet of this
+    # run under load (a receive completed with a length the packet never
+    # had): the repair makes it good, and the malformed packet counts.
+    if [[ $prov == udp ]]; then
+        c="balanced errors_from=malformed"
+    else
+        c="clean"
+    fi
+    run_test big_checksum "$prov" 2 "$c rndv>=4 grep=rx_lost=[1-9]" \
         rndv_protocol=msg fault_inject=lose_data
+    # Packets of a message rendezvous lost whole (every fourth grant,
+    # request or FIN, every 1000th data packet, refused as garbled ones
+    # are): each side repairs the stalled transfer, the data arrive
+    # intact (the program checks them), and the only errors counted are
+    # the injected losses. 8 MiB messages: each repair waits a second.
+    run_test big_checksum "$prov" 2 \
+        "balanced rndv>=4 errors>=1 errors_from=lose_whole|malformed grep=rndv_repairs=[1-9]" \
+        rndv_protocol=msg fault_inject=lose_whole -- 8388608
 done
 
 if has_provider tcp; then

@@ -43,6 +43,11 @@ pub(crate) enum Fault {
     /// one the provider lost (a receive error with only the header
     /// placed), so that its resend runs over a real provider.
     LoseData,
+    /// Take every fourth arriving grant, request or FIN of a message
+    /// rendezvous and every 1000th data packet as lost whole (refused, as
+    /// a packet the provider garbled), so that the repair runs over a
+    /// real provider.
+    LoseWhole,
 }
 
 /// Validated settings.
@@ -243,10 +248,11 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         "rma_key" => Fault::RmaKey,
         "bad_packet" => Fault::BadPacket,
         "lose_data" => Fault::LoseData,
+        "lose_whole" => Fault::LoseWhole,
         other => {
             return Err(format!(
                 "mtl_rustofi_fault_inject = '{other}' is invalid: use none, rma_key, \
-                 bad_packet or lose_data"
+                 bad_packet, lose_data or lose_whole"
             ))
         }
     };

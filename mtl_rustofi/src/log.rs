@@ -165,6 +165,15 @@ pub(crate) fn error(msg: &str) {
     line(format!("{} mtl_rustofi: error: {msg}", prefix()).trim_start());
 }
 
+/// Something went wrong and was made good: always printed, like an
+/// error, so that a site sees a provider that loses packets.
+pub(crate) fn warn(msg: &str) {
+    if quiet() {
+        return;
+    }
+    line(format!("{} mtl_rustofi: warning: {msg}", prefix()).trim_start());
+}
+
 /// An informational line (printed by callers that checked `verbose`).
 pub(crate) fn info(msg: &str) {
     line(msg);

@@ -25,7 +25,10 @@
 //! `Data` packet, whose context field holds the receiver's slot. A
 //! message rendezvous CTS with `FLAG_RESEND` asks for one data packet
 //! again: (receiver's token, its offset). `Eager` and `Data` are followed
-//! by exactly `len` payload bytes.
+//! by exactly `len` payload bytes. A FIN with `FLAG_REPAIR` (and without
+//! `FLAG_ABORT`) goes from the sender of a message rendezvous to the
+//! receiver: its context field holds the receiver's slot, its length
+//! field the receiver's token.
 //!
 //! A striped read RTS (`FLAG_STRIPE`) goes on with the sender's buffer on
 //! each of its stripe endpoints: a count `n` (8 bytes, 1..=`MAX_STRIPES`),
@@ -70,6 +73,11 @@ pub(crate) const FLAG_RNDV_MSG: u8 = 16;
 /// On a message rendezvous CTS: not a grant but a request to send the
 /// data packet at offset `ext1` again (the provider lost it).
 pub(crate) const FLAG_RESEND: u8 = 64;
+/// Sent by the repair of a stalled message rendezvous (a grant again, a
+/// request for a piece that may not have been sent yet, a data packet
+/// sent again for one, or, on a FIN from the sender, the question whether
+/// the transfer is done): what it duplicates is dropped without an error.
+pub(crate) const FLAG_REPAIR: u8 = 128;
 /// Offset of the flags byte in a header.
 const FLAGS_AT: usize = 2;
 

@@ -37,9 +37,9 @@ pub(super) fn ring_round(st: &mut State) -> (usize, bool) {
     (n, quiet)
 }
 
-/// Counts a round; whether it is one in `CLOCK_EVERY`, when the liveness
-/// clock is read. A countdown, so that a round not due costs a decrement
-/// and a test; whether the clock is on is asked only when it is due.
+/// Counts a round; whether it is one in `CLOCK_EVERY`, when the clock of
+/// liveness, stall reports and repairs is read. A countdown, so that a
+/// round not due costs a decrement and a test.
 #[inline(always)]
 pub(super) fn clock_due(clock: &mut Clock) -> bool {
     clock.left -= 1;
@@ -47,7 +47,7 @@ pub(super) fn clock_due(clock: &mut Clock) -> bool {
         return false;
     }
     clock.left = CLOCK_EVERY;
-    clock.on
+    true
 }
 
 #[inline(always)]
@@ -68,7 +68,7 @@ pub(super) fn full_round(st: &mut State, read_clock: bool) -> usize {
     tick_and_execute(st);
     let n = st.driver.poll(&mut st.core, &mut st.out);
     // After the poll: what arrived counts before peers are judged.
-    if st.clock.on && read_clock {
+    if read_clock {
         let now = st.clock.start.elapsed();
         if st.clock.stall_reports {
             if let Some(report) = st.core.tick_stall(now) {
@@ -76,6 +76,7 @@ pub(super) fn full_round(st: &mut State, read_clock: bool) -> usize {
             }
         }
         st.core.tick_liveness(now, &mut st.out);
+        st.core.tick_repair(now, &mut st.out);
         if !st.out.actions.is_empty() {
             st.driver.execute(&mut st.core, &mut st.out);
         }

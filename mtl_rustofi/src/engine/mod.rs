@@ -81,13 +81,13 @@ struct State {
     clock: Clock,
 }
 
-/// The liveness clock: read once every `CLOCK_EVERY` progress rounds (a
-/// waiting caller drives millions a second), when probing is on.
+/// The clock of liveness, stall reports and the message rendezvous's
+/// repair: read once every `CLOCK_EVERY` progress rounds (a waiting caller
+/// drives millions a second).
 struct Clock {
     start: Instant,
-    /// Rounds until the next one that reads the clock (if it is on).
+    /// Rounds until the next one that reads the clock.
     left: u32,
-    on: bool,
     /// Report a stall ([`Core::tick_stall`]): verbose 1 and up.
     stall_reports: bool,
 }
@@ -201,7 +201,6 @@ impl Engine {
                 clock: Clock {
                     start: Instant::now(),
                     left: CLOCK_EVERY,
-                    on: settings.peer_timeout.is_some() || settings.verbose > 0,
                     stall_reports: settings.verbose > 0,
                 },
             }),
@@ -698,7 +697,8 @@ impl Engine {
             "rustofi: rank={rank} provider={} nic={} shm={} net_peers={} shm_peers={} sent_msgs={} \
              sent_bytes={} recv_msgs={} recv_bytes={} eager={} rndv={} unexpected={} errors={} \
              coalesced={} mr_reg={} mr_hits={} net_tx_bytes={} net_rx_bytes={} shm_tx_bytes={} \
-             shm_rx_bytes={} stripe_nics={} striped={} stripe_rx_bytes={} rx_lost={}",
+             shm_rx_bytes={} stripe_nics={} striped={} stripe_rx_bytes={} rx_lost={} \
+             rndv_repairs={}",
             self.provider,
             self.nic,
             self.shm_provider().unwrap_or("off"),
@@ -727,6 +727,7 @@ impl Engine {
             g(&s.striped),
             g(&s.stripe_bytes),
             g(&s.rx_lost),
+            g(&s.rndv_repairs),
         )
     }
 }

@@ -51,15 +51,25 @@ impl Core {
         self.cancel_chunks(ChunkOwner::Send(cookie), out);
     }
 
-    /// The sender of a send rendezvous failed after our CTS.
-    pub(super) fn on_sender_abort(&mut self, peer: PeerId, cookie: Cookie, out: &mut Out) {
+    /// The sender of a send rendezvous failed after our CTS (`repair`:
+    /// told again, in answer to a repair that may have crossed the end of
+    /// the transfer).
+    pub(super) fn on_sender_abort(
+        &mut self,
+        peer: PeerId,
+        cookie: Cookie,
+        repair: bool,
+        out: &mut Out,
+    ) {
         let found = self
             .rndv_recv
             .iter()
             .find(|(_, r)| r.peer == peer && r.cookie == cookie && !r.read)
             .map(|(id, _)| id);
         let Some(id) = found else {
-            self.error("dropped a rendezvous abort for no pending receive");
+            if !repair {
+                self.error("dropped a rendezvous abort for no pending receive");
+            }
             return;
         };
         self.count_error();

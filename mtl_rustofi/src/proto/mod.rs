@@ -44,6 +44,7 @@ mod lost_recv_tests;
 mod mrcache;
 mod peers;
 mod recv;
+mod repair;
 mod rndv;
 mod rndv_msg;
 mod rndv_read;
@@ -145,6 +146,9 @@ pub(crate) struct Stats {
     /// lost. Those that name a message rendezvous's data are sent again
     /// and are not errors; the others count in `errors` too.
     pub(crate) rx_lost: AtomicU64,
+    /// Repairs of a stalled message rendezvous (`proto/repair.rs`): a
+    /// packet lost whole was asked for, or the FIN.
+    pub(crate) rndv_repairs: AtomicU64,
     pub(crate) net_peers: AtomicU64,
     pub(crate) shm_peers: AtomicU64,
     /// Eager messages that shared a packet with an earlier one.
@@ -289,8 +293,11 @@ pub(crate) struct Core {
     next_tag_base: u64,
     next_key: u64,
     fault: Fault,
-    /// Data packets that arrived under `Fault::LoseData`.
+    /// Data packets that arrived under `Fault::LoseData` or
+    /// `Fault::LoseWhole`, and control packets of a message rendezvous
+    /// under the latter.
     fault_seen: u32,
+    fault_ctrl_seen: u32,
     /// Peers that may have an open coalescing bundle.
     open_bundles: Vec<PeerId>,
     /// Bytes held for uncompleted sends, and sends waiting for room.
@@ -312,6 +319,8 @@ pub(crate) struct Core {
     live: liveness::Liveness,
     /// When something last moved, for the stall report.
     stall: stall::StallWatch,
+    /// The clock of the message rendezvous's repair rounds.
+    repair: repair::RepairClock,
 }
 
 /// Chunks by rendezvous: operation id and rail index.
@@ -328,6 +337,7 @@ impl Core {
         Core {
             fault: cfg.fault,
             fault_seen: 0,
+            fault_ctrl_seen: 0,
             cfg,
             rails: rails
                 .into_iter()
@@ -365,6 +375,7 @@ impl Core {
             chunk_index: None,
             live: liveness::Liveness::default(),
             stall: stall::StallWatch::default(),
+            repair: repair::RepairClock::default(),
         }
     }
 

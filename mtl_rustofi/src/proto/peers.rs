@@ -312,6 +312,16 @@ impl Core {
                 let _ = self.hold(peer, hdr, payload, false, out);
             }
             Kind::SyncAck => self.on_sync_ack(&hdr, out),
+            Kind::Fin | Kind::Cts | Kind::Data
+                if self.fault == Fault::LoseWhole && self.lose_whole_injected(&hdr) =>
+            {
+                self.count_error();
+                self.error(&format!(
+                    "dropped a {:?} packet of {} bytes (fault_inject lose_whole)",
+                    hdr.kind,
+                    msg.len()
+                ));
+            }
             Kind::Fin => self.on_fin(peer, &hdr, out),
             Kind::Cts if has(&hdr, wire::FLAG_RESEND) => self.on_resend_request(peer, &hdr, out),
             Kind::Cts if has(&hdr, wire::FLAG_RNDV_MSG) => self.on_cts_msg(peer, &hdr, out),

@@ -308,7 +308,11 @@ impl Core {
     /// buffer (`status` 0: it succeeded).
     pub(super) fn on_fin(&mut self, peer: PeerId, hdr: &Header, out: &mut Out) {
         if has(hdr, wire::FLAG_ABORT) {
-            self.on_sender_abort(peer, Cookie(hdr.cookie), out);
+            self.on_sender_abort(peer, Cookie(hdr.cookie), has(hdr, wire::FLAG_REPAIR), out);
+            return;
+        }
+        if has(hdr, wire::FLAG_REPAIR) {
+            self.on_fin_asked(peer, hdr, out);
             return;
         }
         let cookie = Cookie(hdr.cookie);

@@ -28,6 +28,7 @@
 
 use super::action::Out;
 use super::ids::{Cookie, PeerId, RndvId};
+use super::repair::{is_repair, Still};
 use super::rndv::SendState;
 use super::txq::AfterSend;
 use super::Core;
@@ -43,22 +44,37 @@ pub(super) struct MsgSend {
     next_off: usize,
     grant: usize,
     chunk: usize,
-    slot: u32,
-    token: u64,
+    pub(super) slot: u32,
+    pub(super) token: u64,
     /// Offsets of packets the receiver asked for again, sent before new
-    /// ones.
-    resend: Vec<usize>,
+    /// ones, and whether a repair asked (the piece may arrive twice).
+    resend: Vec<(usize, bool)>,
     /// The receiver's FIN came: every byte arrived, or the receive
     /// failed (then the send has failed too).
-    acked: bool,
+    pub(super) acked: bool,
+    /// Packets sent and reported, for the repair's watch.
+    pub(super) moves: u64,
+    pub(super) still: Still,
+}
+
+impl MsgSend {
+    /// Every granted byte went out and nothing waits to be sent again.
+    pub(super) fn all_sent(&self) -> bool {
+        self.next_off >= self.grant && self.resend.is_empty()
+    }
 }
 
 /// Receiver's record of the data packets that arrived.
 pub(super) struct MsgRecv {
-    chunk: usize,
-    got: usize,
+    pub(super) chunk: usize,
+    pub(super) got: usize,
     /// One bit per data packet (a duplicate must not count twice).
     seen: Vec<u64>,
+    pub(super) still: Still,
+    /// A repair asked for pieces: one may arrive twice.
+    pub(super) repaired: bool,
+    /// Pieces a repair asked for that have not come yet.
+    pub(super) asked: usize,
 }
 
 impl MsgRecv {
@@ -70,6 +86,16 @@ impl MsgRecv {
             self.seen[piece / 64] |= bit;
         }
         was
+    }
+
+    /// Offsets of the first `max` pieces of `want` bytes not yet arrived.
+    pub(super) fn missing(&self, want: usize, max: usize) -> Vec<usize> {
+        let pieces = want.div_ceil(self.chunk);
+        (0..pieces)
+            .filter(|&p| self.seen[p / 64] & (1u64 << (p % 64)) == 0)
+            .take(max)
+            .map(|p| p * self.chunk)
+            .collect()
     }
 }
 
@@ -99,6 +125,9 @@ impl Core {
             chunk,
             got: 0,
             seen: vec![0; want.div_ceil(chunk).div_ceil(64)],
+            still: Still::default(),
+            repaired: false,
+            asked: 0,
         });
         r.cts_sent = true;
         let mut cts = self.header(Kind::Cts);
@@ -108,16 +137,28 @@ impl Core {
         self.send_grant(id, peer, cts, cookie, want, chunk, out);
     }
 
-    /// The receiver granted the data: start sending packets.
+    /// The receiver granted the data: start sending packets. A repair's
+    /// grant is taken if the first was lost, and otherwise dropped.
     pub(super) fn on_cts_msg(&mut self, peer: PeerId, hdr: &Header, out: &mut Out) {
         let cookie = Cookie(hdr.cookie);
         let ours = self.data_chunk(peer);
+        let repair = is_repair(hdr);
         let Some(s) = self.rndv_send.get_mut(&cookie) else {
-            self.error("dropped a rendezvous grant for no pending send");
+            if repair {
+                self.repair_gone_send(peer, cookie, out);
+            } else {
+                self.error("dropped a rendezvous grant for no pending send");
+            }
             return;
         };
+        if repair && s.failed && s.peer == peer {
+            self.repair_gone_send(peer, cookie, out);
+            return;
+        }
         if s.state != SendState::AwaitReply || s.peer != peer {
-            self.error("dropped a duplicate rendezvous grant");
+            if !repair {
+                self.error("dropped a duplicate rendezvous grant");
+            }
             return;
         }
         s.state = SendState::Sending;
@@ -142,28 +183,46 @@ impl Core {
             // A grant of nothing is complete at the receiver at once; it
             // sends no FIN.
             acked: grant == 0,
+            moves: 0,
+            still: Still::default(),
         });
         self.pump_data(cookie, out);
     }
 
-    /// The receiver asks for the data packet at offset `ext1` again.
+    /// The receiver asks for the data packet at offset `ext1` again. A
+    /// repair's request may cross the FIN, the grant it repeats, or the
+    /// piece's first sending: then there is nothing to do.
     pub(super) fn on_resend_request(&mut self, peer: PeerId, hdr: &Header, out: &mut Out) {
         let cookie = Cookie(hdr.cookie);
         let off = hdr.ext1 as usize;
+        let repair = is_repair(hdr);
         let Some(s) = self.rndv_send.get_mut(&cookie).filter(|s| s.peer == peer) else {
-            self.error("dropped a request to resend rendezvous data for no pending send");
+            if repair {
+                self.repair_gone_send(peer, cookie, out);
+            } else {
+                self.error("dropped a request to resend rendezvous data for no pending send");
+            }
             return;
         };
         if s.failed {
+            if repair {
+                self.repair_gone_send(peer, cookie, out);
+            }
             // The receiver is told, or tells us, that the transfer failed.
             return;
         }
         let Some(m) = s.msg.as_mut().filter(|m| m.token == hdr.ext0) else {
-            self.error("dropped a request to resend rendezvous data of another transfer");
+            if !repair {
+                self.error("dropped a request to resend rendezvous data of another transfer");
+            }
             return;
         };
         if m.acked {
             // Overtaken by the FIN (or a duplicate): every byte arrived.
+            return;
+        }
+        if repair && off.is_multiple_of(m.chunk) && off >= m.next_off && off < m.grant {
+            // Not sent yet: it goes out in its turn.
             return;
         }
         if !off.is_multiple_of(m.chunk) || off >= m.next_off {
@@ -175,8 +234,8 @@ impl Core {
             ));
             return;
         }
-        if !m.resend.contains(&off) {
-            m.resend.push(off);
+        if !m.resend.iter().any(|&(o, _)| o == off) {
+            m.resend.push((off, repair));
         }
         self.pump_data(cookie, out);
     }
@@ -205,15 +264,16 @@ impl Core {
             {
                 break;
             }
-            let off = match m.resend.pop() {
-                Some(off) => off,
+            let (off, again) = match m.resend.pop() {
+                Some(r) => r,
                 None => {
                     let off = m.next_off;
                     m.next_off += (m.grant - off).min(m.chunk);
-                    off
+                    (off, false)
                 }
             };
             let n = (m.grant - off).min(m.chunk);
+            m.moves += 1;
             s.outstanding += 1;
             let (peer, piece, slot, token) = (s.peer, s.buf.sub(off, n), m.slot, m.token);
             let mut hdr = self.header(Kind::Data);
@@ -222,6 +282,9 @@ impl Core {
             hdr.len = n as u64;
             hdr.ext0 = off as u64;
             hdr.ext1 = token;
+            if again {
+                hdr.flags |= wire::FLAG_REPAIR;
+            }
             let rail = self.peers[peer.index()].rail;
             let mut b = self.take_tx(rail, out);
             let at = hdr.encode(&mut b.mem);
@@ -245,6 +308,9 @@ impl Core {
         };
         s.outstanding -= 1;
         s.failed |= failed;
+        if let Some(m) = s.msg.as_mut() {
+            m.moves += 1;
+        }
         self.pump_data(cookie, out);
     }
 
@@ -263,7 +329,9 @@ impl Core {
             // A duplicate of the last packet, a piece sent again that
             // arrived after all, or data of a transfer that failed
             // meanwhile.
-            self.error("dropped a rendezvous data packet for no pending receive");
+            if !is_repair(hdr) {
+                self.error("dropped a rendezvous data packet for no pending receive");
+            }
             return;
         };
         let Some(m) = r.msg.as_mut() else {
@@ -290,13 +358,20 @@ impl Core {
             return;
         }
         if m.seen(piece, true) {
-            self.error("dropped a duplicate rendezvous data packet");
+            if !m.repaired {
+                self.error("dropped a duplicate rendezvous data packet");
+            }
             return;
         }
         m.got += payload.len();
         r.buf.sub(off, payload.len()).write(payload);
         if m.got == r.want {
             self.finish_rndv_recv(id, out);
+        } else if is_repair(hdr) && m.asked > 0 {
+            m.asked -= 1;
+            if m.asked == 0 {
+                self.ask_missing(id, out);
+            }
         }
     }
 

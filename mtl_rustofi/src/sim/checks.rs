@@ -407,6 +407,9 @@ pub(crate) struct Coverage {
     pub(crate) stripe_bytes: u64,
     /// Data packets delivered damaged, and losses the cores counted.
     pub(crate) damaged: u64,
+    /// Packets delivered cut short, and the cores' repairs.
+    pub(crate) garbled: u64,
+    pub(crate) repairs: u64,
     pub(crate) rx_lost: u64,
 }
 
@@ -457,6 +460,7 @@ impl Coverage {
         self.deaths_mid_rndv += w.died_mid_rndv as u64;
         self.dups += w.dups as u64;
         self.damaged += w.damaged as u64;
+        self.garbled += w.garbled as u64;
         self.injected += w.injected as u64;
         self.inlined += w.inlined as u64;
         self.inline_refused += w.inline_refused as u64;
@@ -471,6 +475,7 @@ impl Coverage {
             self.unexpected_peak += Stats::get(&n.stats.unexpected_now.peak);
             self.errors += Stats::get(&n.stats.errors);
             self.rx_lost += Stats::get(&n.stats.rx_lost);
+            self.repairs += Stats::get(&n.stats.rndv_repairs);
         }
     }
 }

@@ -8,6 +8,10 @@ use crate::proto::ids::{MrId, OpId};
 use crate::proto::{Access, Action, Out, PostError, Posted, RESENDS};
 use crate::usermem::Region;
 
+/// Bytes of a garbled packet that arrive (`Inject::Garbled`): fewer than
+/// a header, as `udp;ofi_rxd` was seen to complete a receive.
+const GARBLED_LEN: usize = 16;
+
 impl World {
     /// A chunk's id is free again once reported (a packet's is reused by
     /// its resends).
@@ -254,6 +258,28 @@ impl World {
                     ));
                 }
                 let h = hash(&pkt);
+                let prof = &self.rails.profiles[r];
+                let repairable = prof.rndv_msg
+                    && prof.kind != crate::wire::RailKind::Local
+                    && matches!(
+                        kind,
+                        Some(
+                            crate::wire::Kind::Data
+                                | crate::wire::Kind::Cts
+                                | crate::wire::Kind::Fin
+                        )
+                    );
+                if inj == Inject::Garbled
+                    || (inj == Inject::Normal
+                        && !damaged
+                        && repairable
+                        && self.rng.chance(self.faults.garble))
+                {
+                    self.garbled += 1;
+                    // Delivered with a length it never had: the receiver
+                    // refuses it as malformed, and what it carried is lost.
+                    pkt.truncate(GARBLED_LEN);
+                }
                 if inject {
                     let limit = self.rails.profiles[r].inject_size;
                     if payload.is_some() || pkt.len() > limit {

@@ -61,6 +61,9 @@ pub(crate) enum Inject {
     /// only the packet's header placed (a packet the receiving provider
     /// lost, as `udp;ofi_rxd` does with `FI_ETRUNC`).
     Damaged,
+    /// Accept and complete it, but deliver it cut short (a receive
+    /// completed with a length the packet never had): lost whole.
+    Garbled,
 }
 
 /// What became of a post.
@@ -342,6 +345,8 @@ pub(crate) struct World {
     pub(crate) dups: usize,
     /// Packets delivered damaged (`Inject::Damaged`, `lose_data`).
     pub(crate) damaged: usize,
+    /// Packets delivered cut short (`Inject::Garbled`, `garble`).
+    pub(crate) garbled: usize,
     /// Packets sent with (simulated) fi_inject: no completion generated.
     pub(crate) injected: usize,
     /// Packets sent inline (`Action::SendInline`), and those the provider
@@ -412,6 +417,9 @@ pub(crate) fn write_region(r: Region, data: &[u8]) {
 }
 
 pub(crate) const TICK: u64 = 2_000;
+/// Time without progress before a message rendezvous is repaired (ns):
+/// many round trips of simulated latency.
+pub(crate) const REPAIR_AFTER: u64 = 300_000;
 pub(crate) const MAX_STEPS: u64 = 5_000_000;
 
 impl World {
@@ -448,6 +456,7 @@ impl World {
             };
             let mut core = Core::new(cfg, rails.profiles.clone(), stats.clone());
             core.set_peer_timeout(plan.peer_timeout.map(Duration::from_nanos));
+            core.set_repair_after(Duration::from_nanos(REPAIR_AFTER));
             // Most nodes cache registrations, with small bounds so that
             // eviction happens.
             let ring = mrng.chance(800).then(|| Arc::new(ReleaseRing::new()));
@@ -526,6 +535,7 @@ impl World {
             cancel_lost: 0,
             dups: 0,
             damaged: 0,
+            garbled: 0,
             injected: 0,
             inlined: 0,
             inline_refused: 0,

@@ -99,7 +99,9 @@ impl World {
                 Fate::Hard
             }
             Inject::CqError => Fate::Posted(true),
-            Inject::Normal | Inject::Clean | Inject::Damaged => Fate::Posted(false),
+            Inject::Normal | Inject::Clean | Inject::Damaged | Inject::Garbled => {
+                Fate::Posted(false)
+            }
         }
     }
 }

@@ -35,6 +35,19 @@ impl World {
         self.run_out(n, out);
     }
 
+    /// A repair round of node `n` at the simulated time (a node busy
+    /// outside MPI makes none, as a process that does not progress).
+    pub(crate) fn repair_tick(&mut self, n: usize) {
+        if self.is_busy(n) {
+            return;
+        }
+        let mut out = Out::new();
+        self.nodes[n]
+            .core
+            .tick_repair(Duration::from_nanos(self.now), &mut out);
+        self.run_out(n, out);
+    }
+
     /// Whether node `n` is busy outside MPI now.
     pub(crate) fn is_busy(&self, n: usize) -> bool {
         self.plan

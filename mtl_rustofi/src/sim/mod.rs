@@ -33,6 +33,7 @@ mod memreuse;
 mod mrcases;
 mod msg_cases;
 mod profiles;
+mod repair_cases;
 mod rng;
 mod run;
 mod stripecases;
@@ -67,6 +68,9 @@ pub(crate) struct Faults {
     /// Data packets of a message rendezvous that the receiving provider
     /// loses: the buffer fails with only the header placed.
     pub(crate) lose_data: u32,
+    /// Packets of a message rendezvous (grants and requests, data, FINs)
+    /// that arrive cut short and are refused as malformed: lost whole.
+    pub(crate) garble: u32,
     /// Completions held back fifty times longer than usual.
     pub(crate) slow: u32,
     /// One node dies in the middle of the run.

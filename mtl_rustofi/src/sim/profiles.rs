@@ -413,6 +413,7 @@ pub(crate) fn fault_set(name: &str) -> Option<Faults> {
             err_trecv: 30,
             err_rx: 20,
             lose_data: 40,
+            garble: 20,
             ..none
         },
         "eagain" => Faults {
@@ -444,6 +445,7 @@ pub(crate) fn fault_set(name: &str) -> Option<Faults> {
             reg_fail: 20,
             dup: 30,
             lose_data: 20,
+            garble: 10,
             slow: 30,
             death: false,
             directed: false,

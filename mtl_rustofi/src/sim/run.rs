@@ -74,6 +74,7 @@ impl World {
                     self.nodes[n].core.tick(&mut out);
                     self.run_out(n, out);
                     self.live_tick(n);
+                    self.repair_tick(n);
                 }
                 continue;
             }
@@ -100,6 +101,7 @@ impl World {
                     self.nodes[node].core.tick(&mut out);
                     self.run_out(node, out);
                     self.live_tick(node);
+                    self.repair_tick(node);
                     let d = super::fabric::TICK + self.rng.below(500);
                     self.schedule(d, Ev::Tick { node });
                 }

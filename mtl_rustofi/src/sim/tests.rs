@@ -146,6 +146,10 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
         .profiles
         .iter()
         .any(|p| p.rndv_msg && p.kind != crate::wire::RailKind::Local);
+    if faults.garble > 0 && msg_on_net {
+        want("message rendezvous packets lost whole", c.garbled);
+        want("repairs of a stalled message rendezvous", c.repairs);
+    }
     if faults.lose_data > 0 && msg_on_net {
         want("data packets lost at the receiver", c.damaged);
         assert!(

@@ -1,0 +1,292 @@
+//! Repair of a stalled message rendezvous: a control packet the provider
+//! lost whole.
+//!
+//! The message rendezvous runs over bounce buffers on providers whose
+//! reliability is software of their own (`udp;ofi_rxd`), and such a
+//! provider was seen to complete a receive with a length its message never
+//! had: the packet is refused as malformed (counted as an error), and
+//! whatever it carried is gone. A lost data packet whose header survives is
+//! asked for at once ([`Core::on_damaged_data`]); a packet lost whole
+//! leaves both sides waiting for each other:
+//! - the grant (CTS): the sender waits for it, the receiver for data;
+//! - a data packet or a request to send one again: the receiver waits for
+//!   the piece, the sender (all sent) for the FIN;
+//! - the FIN: the sender waits for it, the receiver is done.
+//!
+//! So each side watches its message rendezvous on the engine's clock
+//! ([`Core::tick_repair`]). A receive that got no data for
+//! [`REPAIR_AFTER`] grants the transfer again and asks for the first
+//! [`super::rndv_msg::WINDOW`] pieces still missing; a send that has sent
+//! everything and heard no FIN for as long asks the receiver (a FIN with
+//! `FLAG_REPAIR`), which asks for what is missing or, when the transfer is
+//! no longer pending (its slot and token do not match), answers with the
+//! FIN. Every such packet carries `FLAG_REPAIR`: it may cross packets
+//! still in flight (a grant already taken, a piece not yet sent, a piece
+//! that arrives after all), and what it duplicates is dropped without an
+//! error. A process away from MPI for longer than the interval starts its
+//! watches again: what it waits for could not arrive meanwhile.
+//!
+//! A FIN answered this way says the transfer ended, not how: a failed
+//! receive whose FIN was lost completes the send as sent.
+
+use super::action::Out;
+use super::ids::{Cookie, PeerId, RndvId};
+use super::peers::has;
+use super::rndv::SendState;
+use super::{Core, Stats};
+use crate::wire::{self, Header, Kind};
+use std::time::Duration;
+
+/// Time without progress before a message rendezvous is repaired: far
+/// beyond a round trip, short beside a job's patience.
+pub(crate) const REPAIR_AFTER: Duration = Duration::from_secs(1);
+
+/// The clock of the repair rounds.
+pub(super) struct RepairClock {
+    after: Duration,
+    next_round: Duration,
+    last_round: Option<Duration>,
+}
+
+impl Default for RepairClock {
+    fn default() -> Self {
+        RepairClock {
+            after: REPAIR_AFTER,
+            next_round: Duration::ZERO,
+            last_round: None,
+        }
+    }
+}
+
+/// A transfer's progress as the repair rounds last saw it.
+#[derive(Default)]
+pub(super) struct Still {
+    /// The progress count at the last look.
+    mark: u64,
+    /// When it last changed (or the watch last started or fired).
+    since: Option<Duration>,
+}
+
+impl Still {
+    /// Whether `count` stood still for `after` up to `now`; when it did,
+    /// the wait starts again (one repair per interval).
+    fn due(&mut self, count: u64, now: Duration, after: Duration, restart: bool) -> bool {
+        let since = match self.since {
+            Some(s) if !restart && count == self.mark => s,
+            _ => {
+                self.mark = count;
+                self.since = Some(now);
+                return false;
+            }
+        };
+        if now.saturating_sub(since) < after {
+            return false;
+        }
+        self.since = Some(now);
+        true
+    }
+}
+
+impl Core {
+    /// Sets the time without progress before a repair (the simulator runs
+    /// on a clock of microseconds).
+    #[cfg(test)]
+    pub(crate) fn set_repair_after(&mut self, after: Duration) {
+        self.repair.after = after;
+    }
+
+    /// A repair round, at most four per interval: repairs every message
+    /// rendezvous that stood still for the interval.
+    pub(crate) fn tick_repair(&mut self, now: Duration, out: &mut Out) {
+        if self.rndv_recv.is_empty() && self.rndv_send.is_empty() {
+            return;
+        }
+        let c = &mut self.repair;
+        if now < c.next_round {
+            return;
+        }
+        let after = c.after;
+        let restart = c.last_round.is_none_or(|t| now.saturating_sub(t) > after);
+        c.last_round = Some(now);
+        c.next_round = now + after / 4;
+        let mut recvs = Vec::new();
+        for id in self.rndv_recv.ids() {
+            let Some(r) = self.rndv_recv.get_mut(id) else {
+                continue;
+            };
+            let Some(m) = r.msg.as_mut() else {
+                continue;
+            };
+            if r.failed || !r.cts_sent {
+                continue;
+            }
+            let got = m.got as u64;
+            if m.still.due(got, now, after, restart) {
+                recvs.push(id);
+            }
+        }
+        let mut sends = Vec::new();
+        for (&cookie, s) in self.rndv_send.iter_mut() {
+            let Some(m) = s.msg.as_mut() else {
+                continue;
+            };
+            // Only a send that waits for the FIN alone: one with packets
+            // to send or in flight still moves by itself.
+            let waits_fin = s.state == SendState::Sending
+                && !s.failed
+                && !m.acked
+                && s.outstanding == 0
+                && m.all_sent();
+            if waits_fin && m.still.due(m.moves, now, after, restart) {
+                sends.push(cookie);
+            }
+        }
+        for id in recvs {
+            self.repair_recv(id, "no data arrived for a while", out);
+        }
+        for cookie in sends {
+            self.ask_fin(cookie, out);
+        }
+    }
+
+    /// Grants the receive `id` again and asks for the first pieces still
+    /// missing.
+    pub(super) fn repair_recv(&mut self, id: RndvId, why: &str, out: &mut Out) {
+        let Some(r) = self.rndv_recv.get_mut(id) else {
+            return;
+        };
+        let (peer, want, token, cookie) = (r.peer, r.want, r.tag_base, r.cookie);
+        let Some(m) = r.msg.as_mut() else {
+            return;
+        };
+        m.repaired = true;
+        let (chunk, got) = (m.chunk, m.got);
+        Stats::add(&self.stats.rndv_repairs, 1);
+        crate::log::warn(&format!(
+            "message rendezvous from peer {} ({got} of {want} bytes arrived): {why}; \
+             granted again, missing packets asked for",
+            peer.0,
+        ));
+        let mut cts = self.header(Kind::Cts);
+        cts.flags |= wire::FLAG_RNDV_MSG | wire::FLAG_REPAIR;
+        cts.ctx = id.0;
+        cts.cookie = cookie.0;
+        cts.ext0 = token;
+        cts.ext1 = want as u64;
+        cts.len = chunk as u64;
+        self.send_ctrl(peer, &cts, out);
+        self.ask_missing(id, out);
+    }
+
+    /// Asks for the first [`super::rndv_msg::WINDOW`] pieces of the receive
+    /// `id` still missing; when they have all come, the next ones are
+    /// asked for at once (`MsgRecv::asked`), so that many lost pieces take
+    /// a round trip per window, not an interval.
+    pub(super) fn ask_missing(&mut self, id: RndvId, out: &mut Out) {
+        let Some(r) = self.rndv_recv.get_mut(id) else {
+            return;
+        };
+        let (peer, want, token, cookie) = (r.peer, r.want, r.tag_base, r.cookie);
+        let Some(m) = r.msg.as_mut() else {
+            return;
+        };
+        let chunk = m.chunk;
+        let missing = m.missing(want, super::rndv_msg::WINDOW);
+        m.asked = missing.len();
+        for off in missing {
+            let mut req = self.header(Kind::Cts);
+            req.flags |= wire::FLAG_RNDV_MSG | wire::FLAG_RESEND | wire::FLAG_REPAIR;
+            req.ctx = id.0;
+            req.cookie = cookie.0;
+            req.ext0 = token;
+            req.ext1 = off as u64;
+            req.len = chunk as u64;
+            self.send_ctrl(peer, &req, out);
+        }
+    }
+
+    /// The sender asks whether the transfer `cookie` is done.
+    fn ask_fin(&mut self, cookie: Cookie, out: &mut Out) {
+        let Some(s) = self.rndv_send.get(&cookie) else {
+            return;
+        };
+        let Some(m) = s.msg.as_ref() else {
+            return;
+        };
+        let (peer, slot, token) = (s.peer, m.slot, m.token);
+        Stats::add(&self.stats.rndv_repairs, 1);
+        crate::log::warn(&format!(
+            "message rendezvous to peer {}: all data sent, no FIN for a while; asking the \
+             receiver",
+            peer.0
+        ));
+        let mut ask = self.header(Kind::Fin);
+        ask.flags |= wire::FLAG_REPAIR;
+        // A FIN has no extension: the token goes in the length field.
+        ask.ctx = slot;
+        ask.cookie = cookie.0;
+        ask.len = token;
+        self.send_ctrl(peer, &ask, out);
+    }
+
+    /// A repair asked the sender for a transfer that failed here or is
+    /// gone (it failed: one that succeeded waited for the receiver's FIN,
+    /// and a receiver that sent it repairs no more): the abort again, in
+    /// case the first was lost.
+    pub(super) fn repair_gone_send(&mut self, peer: PeerId, cookie: Cookie, out: &mut Out) {
+        let mut fin = self.header(Kind::Fin);
+        fin.flags |= wire::FLAG_ABORT | wire::FLAG_REPAIR;
+        fin.cookie = cookie.0;
+        fin.status = 1;
+        self.send_ctrl(peer, &fin, out);
+    }
+
+    /// The sender asks whether its transfer is done: the receiver asks
+    /// for what is missing, or answers with the FIN when the transfer is
+    /// no longer pending here.
+    pub(super) fn on_fin_asked(&mut self, peer: PeerId, hdr: &Header, out: &mut Out) {
+        let id = RndvId(hdr.ctx);
+        let pending = self
+            .rndv_recv
+            .get(id)
+            .filter(|r| r.peer == peer && r.tag_base == hdr.len && r.msg.is_some())
+            .map(|r| r.failed);
+        match pending {
+            Some(false) => self.repair_recv(id, "the sender sent all and heard no FIN", out),
+            // Its FIN goes out when the failure is settled.
+            Some(true) => {}
+            None => self.send_fin(peer, hdr.cookie, false, out),
+        }
+    }
+}
+
+impl Core {
+    /// Under `Fault::LoseWhole`: whether this arriving packet of a message
+    /// rendezvous is taken as lost whole: every fourth grant, request or
+    /// FIN, every 1000th data packet.
+    #[cold]
+    pub(super) fn lose_whole_injected(&mut self, hdr: &Header) -> bool {
+        let (count, every) = match hdr.kind {
+            Kind::Data => (&mut self.fault_seen, 1000),
+            Kind::Cts if has(hdr, wire::FLAG_RNDV_MSG) => (&mut self.fault_ctrl_seen, 4),
+            Kind::Fin
+                if !has(hdr, wire::FLAG_ABORT)
+                    && (has(hdr, wire::FLAG_REPAIR)
+                        || self
+                            .rndv_send
+                            .get(&Cookie(hdr.cookie))
+                            .is_some_and(|s| s.msg.is_some())) =>
+            {
+                (&mut self.fault_ctrl_seen, 4)
+            }
+            _ => return false,
+        };
+        *count += 1;
+        count.is_multiple_of(every)
+    }
+}
+
+/// Whether a packet was sent by a repair (see the module documentation).
+pub(super) fn is_repair(hdr: &Header) -> bool {
+    has(hdr, wire::FLAG_REPAIR)
+}
