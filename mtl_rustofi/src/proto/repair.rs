@@ -290,3 +290,38 @@ impl Core {
 pub(super) fn is_repair(hdr: &Header) -> bool {
     has(hdr, wire::FLAG_REPAIR)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Still;
+    use std::time::Duration;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_watch_fires_once_per_interval_of_standing_still() {
+        let mut w = Still::default();
+        assert!(!w.due(5, ms(0), S, false), "the first look only starts it");
+        assert!(!w.due(5, ms(900), S, false));
+        assert!(w.due(5, ms(1000), S, false), "still for the interval");
+        assert!(!w.due(5, ms(1500), S, false), "the wait starts again");
+        assert!(w.due(5, ms(2000), S, false));
+    }
+
+    #[test]
+    fn progress_or_a_restart_puts_a_watch_off() {
+        let mut w = Still::default();
+        assert!(!w.due(1, ms(0), S, false));
+        assert!(!w.due(2, ms(999), S, false), "it moved");
+        assert!(!w.due(2, ms(1500), S, false), "still only since 999 ms");
+        assert!(w.due(2, ms(1999), S, false));
+        // Back from a long time away from MPI: nothing could move.
+        assert!(!w.due(2, ms(9000), S, true));
+        assert!(!w.due(2, ms(9500), S, false));
+        assert!(w.due(2, ms(10000), S, false));
+    }
+}
