@@ -60,7 +60,8 @@ pub(crate) const FLAG_RNDV_SEND: u8 = 2;
 pub(crate) const FLAG_MORE: u8 = 4;
 /// On a FIN: sent by the sender of a send rendezvous that failed after
 /// the receiver's CTS (the cookie is the sender's own); without it a FIN
-/// goes from receiver to sender.
+/// goes from receiver to sender, but for a repair's question
+/// (`FLAG_REPAIR` alone).
 pub(crate) const FLAG_ABORT: u8 = 8;
 /// On a read RTS: the buffer is also readable through the sender's stripe
 /// endpoints ([`Stripes`] follow the extension).

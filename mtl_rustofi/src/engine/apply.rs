@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 
 /// The progress round of a holder that found `ring_only` set (the last
 /// token holder left the core waiting for nothing but packets of the own
-/// rail) and whose liveness clock is not due: it reads the rings alone,
+/// rail) and whose engine clock (liveness, stall reports, repairs) is not due: it reads the rings alone,
 /// and ticks if they held packets and left the core work for a tick; the
 /// tick and every other rail would find nothing. Every holder keeps that
 /// flag true to the core's state as it leaves (see [`super::IdleWatch`]),
@@ -60,7 +60,7 @@ fn tick_and_execute(st: &mut State) {
 
 /// One whole round of progress: a tick, the completion queues of every
 /// rail, and a tick again when something completed (credits freed, queued
-/// operations can go); `read_clock`: the liveness clock is due (or a poll
+/// operations can go); `read_clock`: the engine clock (liveness, stall reports, repairs) is due (or a poll
 /// forced after skipped ones stands in for them). Out of line, also
 /// for the profiles, which tell the forced full rounds by its name.
 #[inline(never)]

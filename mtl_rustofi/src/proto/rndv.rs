@@ -305,7 +305,9 @@ impl Core {
     }
 
     /// The FIN of a rendezvous: the receiver is done with the sender's
-    /// buffer (`status` 0: it succeeded).
+    /// buffer (`status` 0: it succeeded); with `FLAG_ABORT`, the sender's
+    /// abort; with `FLAG_REPAIR` alone, the sender's question whether a
+    /// message rendezvous is done (`proto/repair.rs`).
     pub(super) fn on_fin(&mut self, peer: PeerId, hdr: &Header, out: &mut Out) {
         if has(hdr, wire::FLAG_ABORT) {
             self.on_sender_abort(peer, Cookie(hdr.cookie), has(hdr, wire::FLAG_REPAIR), out);
@@ -339,6 +341,9 @@ impl Core {
                 }
             }
             Some((p, SendState::Sending, _, true)) if p == peer => self.msg_acked(cookie, out),
+            // A receiver's answer to a repair's question (the length holds
+            // the token) that crossed the FIN or another answer.
+            _ if hdr.len != 0 => {}
             _ => self.error("dropped a rendezvous FIN for no pending send"),
         }
     }

@@ -19,7 +19,8 @@
 //! CTS carrying `FLAG_RESEND`. Failures travel as in the tagged rendezvous
 //! (see [`super::abort`]): a FIN with a failed status from the receiver, a
 //! FIN with `FLAG_ABORT` from the sender; a data packet that fails for
-//! good loses its peer, like any packet.
+//! good loses its peer, like any packet. A packet lost whole (refused as
+//! malformed) stalls the transfer until [`super::repair`] asks again.
 //!
 //! Nothing is registered: the data moves through the bounce buffers, which
 //! suits providers whose messages are limited to about an MTU and which
@@ -50,10 +51,13 @@ pub(super) struct MsgSend {
     /// ones, and whether a repair asked (the piece may arrive twice).
     resend: Vec<(usize, bool)>,
     /// The receiver's FIN came: every byte arrived, or the receive
-    /// failed (then the send has failed too).
+    /// failed (then the send has failed too; but see `proto/repair.rs`
+    /// for a failed FIN that was lost).
     pub(super) acked: bool,
     /// Packets sent and reported, for the repair's watch.
     pub(super) moves: u64,
+    /// The receiver was asked for the FIN (warned once).
+    pub(super) asked_fin: bool,
     pub(super) still: Still,
 }
 
@@ -184,6 +188,7 @@ impl Core {
             // sends no FIN.
             acked: grant == 0,
             moves: 0,
+            asked_fin: false,
             still: Still::default(),
         });
         self.pump_data(cookie, out);
@@ -234,8 +239,9 @@ impl Core {
             ));
             return;
         }
-        if !m.resend.iter().any(|&(o, _)| o == off) {
-            m.resend.push((off, repair));
+        match m.resend.iter_mut().find(|(o, _)| *o == off) {
+            Some(queued) => queued.1 |= repair,
+            None => m.resend.push((off, repair)),
         }
         self.pump_data(cookie, out);
     }
