@@ -157,12 +157,12 @@ impl Core {
         let Some(r) = self.rndv_recv.get_mut(id) else {
             return;
         };
-        let (peer, want, token, cookie) = (r.peer, r.want, r.tag_base, r.cookie);
+        let (peer, want) = (r.peer, r.want);
         let Some(m) = r.msg.as_mut() else {
             return;
         };
         let first = !std::mem::replace(&mut m.repaired, true);
-        let (chunk, got) = (m.chunk, m.got);
+        let got = m.got;
         Stats::add(&self.stats.rndv_repairs, 1);
         if first {
             crate::log::warn(&format!(
@@ -171,14 +171,7 @@ impl Core {
                 peer.0,
             ));
         }
-        let mut cts = self.header(Kind::Cts);
-        cts.flags |= wire::FLAG_RNDV_MSG | wire::FLAG_REPAIR;
-        cts.ctx = id.0;
-        cts.cookie = cookie.0;
-        cts.ext0 = token;
-        cts.ext1 = want as u64;
-        cts.len = chunk as u64;
-        self.send_ctrl(peer, &cts, out);
+        self.send_msg_cts(id, wire::FLAG_REPAIR, want, out);
         self.ask_missing(id, out);
     }
 
@@ -190,22 +183,14 @@ impl Core {
         let Some(r) = self.rndv_recv.get_mut(id) else {
             return;
         };
-        let (peer, want, token, cookie) = (r.peer, r.want, r.tag_base, r.cookie);
+        let want = r.want;
         let Some(m) = r.msg.as_mut() else {
             return;
         };
-        let chunk = m.chunk;
         let missing = m.missing(want, super::rndv_msg::WINDOW);
         m.asked = missing.len();
         for off in missing {
-            let mut req = self.header(Kind::Cts);
-            req.flags |= wire::FLAG_RNDV_MSG | wire::FLAG_RESEND | wire::FLAG_REPAIR;
-            req.ctx = id.0;
-            req.cookie = cookie.0;
-            req.ext0 = token;
-            req.ext1 = off as u64;
-            req.len = chunk as u64;
-            self.send_ctrl(peer, &req, out);
+            self.send_msg_cts(id, wire::FLAG_RESEND | wire::FLAG_REPAIR, off, out);
         }
     }
 

@@ -390,7 +390,7 @@ impl Core {
         let Some(r) = self.data_target(peer, hdr) else {
             return false;
         };
-        let (want, cookie, token) = (r.want, r.cookie, r.tag_base);
+        let want = r.want;
         let Some(m) = r.msg.as_mut() else {
             return false;
         };
@@ -401,14 +401,28 @@ impl Core {
         if m.seen(off / chunk, false) {
             return true;
         }
-        let mut req = self.header(Kind::Cts);
-        req.flags |= wire::FLAG_RNDV_MSG | wire::FLAG_RESEND;
-        req.ctx = id.0;
-        req.cookie = cookie.0;
-        req.ext0 = token;
-        req.ext1 = off as u64;
-        req.len = chunk as u64;
-        self.send_ctrl(peer, &req, out);
+        self.send_msg_cts(id, wire::FLAG_RESEND, off, out);
         true
+    }
+
+    /// Sends the sender of the receive `id` a CTS of the message
+    /// rendezvous with `flags`: with `FLAG_RESEND` a request for the
+    /// piece at offset `at`, else a grant of `at` bytes.
+    pub(super) fn send_msg_cts(&mut self, id: RndvId, flags: u8, at: usize, out: &mut Out) {
+        let Some(r) = self.rndv_recv.get(id) else {
+            return;
+        };
+        let Some(m) = r.msg.as_ref() else {
+            return;
+        };
+        let mut cts = self.header(Kind::Cts);
+        cts.flags |= wire::FLAG_RNDV_MSG | flags;
+        cts.ctx = id.0;
+        cts.cookie = r.cookie.0;
+        cts.ext0 = r.tag_base;
+        cts.ext1 = at as u64;
+        cts.len = m.chunk as u64;
+        let peer = r.peer;
+        self.send_ctrl(peer, &cts, out);
     }
 }
