@@ -689,16 +689,15 @@ for prov in $PROVIDERS; do
     run_test order_wildcard "$prov" 2 "grep=malformed" fault_inject=bad_packet
     # Message rendezvous data the receiving provider lost (every fourth
     # data packet taken as lost): asked for and sent again, nothing lost,
-    # no error counted. udp;ofi_rxd was seen to garble a packet of this
-    # run under load (a receive completed with a length the packet never
-    # had): the repair makes it good, and the malformed packet counts.
-    if [[ $prov == udp ]]; then
-        c="balanced errors_from=malformed"
-    else
-        c="clean"
+    # no error counted. Not on udp: under the resend requests this makes
+    # (64 MiB both ways at once), ofi_rxd garbled packets in about one run
+    # in fifteen, and once handed over a data packet whose bytes were
+    # wrong (docs/testing.md, "A packet lost whole"); the simulator's
+    # udp-rxd profile and the other providers carry this test.
+    if [[ $prov != udp ]]; then
+        run_test big_checksum "$prov" 2 "clean rndv>=4 grep=rx_lost=[1-9]" \
+            rndv_protocol=msg fault_inject=lose_data
     fi
-    run_test big_checksum "$prov" 2 "$c rndv>=4 grep=rx_lost=[1-9]" \
-        rndv_protocol=msg fault_inject=lose_data
     # Packets of a message rendezvous lost whole (every fourth grant,
     # request or FIN, every 1000th data packet, refused as garbled ones
     # are): each side repairs the stalled transfer, the data arrive
