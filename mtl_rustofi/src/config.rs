@@ -139,22 +139,46 @@ pub(crate) struct RawParams<'a> {
 /// `mtl_rustofi_eager_limit = -1`: pick the limit per provider.
 pub(crate) const EAGER_AUTO: i64 = -1;
 
-/// Eager limit for a provider when the user left it at auto:
+/// Eager limit for a provider when the user left it at auto; `inject_size`
+/// is the provider's (`tx_attr->inject_size`):
 /// - tcp;ofi_rxm: 64 KiB (the tcp btl's eager limit too). Over tcp a
 ///   rendezvous costs two more trips through the kernel, more than copying
 ///   64 KiB; rxm's eager limit is raised to match (`ffi/fi_env.rs`), so
 ///   tcp places every packet straight into a posted buffer.
 /// - shm: 4 KiB less our header: shm's inject size. Larger messages go by
 ///   rendezvous, which shm serves with a single-copy read (CMA).
-/// - everything else (efa, udp;ofi_rxd, sockets, verbs): 8 KiB, within
-///   every provider's single-packet size.
-pub(crate) fn default_eager_limit(provider: &str) -> usize {
+/// - ofi_rxd (udp): the largest power of two that leaves a packet, header
+///   included, within rxd's inject size, so every packet travels as one
+///   datagram (1 KiB on udp's 1,472-byte datagrams). rxd splits a larger
+///   message into segments, and a segmented message that arrives while no
+///   receive is posted goes through rxd's unexpected-message path, which
+///   in libfabric 1.17 has completed receives with another message's
+///   segments (wrong bytes, and truncations): see docs/testing.md. The
+///   message rendezvous's data packets follow the eager limit
+///   (`Core::data_chunk`), so they fit one datagram too.
+/// - everything else (efa, sockets, verbs): 8 KiB, within every provider's
+///   single-packet size.
+pub(crate) fn default_eager_limit(provider: &str, inject_size: usize) -> usize {
     if name_matches("ofi_rxm", provider) && name_matches("tcp", provider) {
         65536
     } else if name_matches("shm", provider) {
         4096 - crate::wire::BASE_LEN
+    } else if name_matches("ofi_rxd", provider) {
+        one_datagram_limit(inject_size)
     } else {
         8192
+    }
+}
+
+/// The largest power of two, at most 8 KiB, whose packet (payload and our
+/// header) fits `inject_size` bytes; 0 when not even one byte does (then
+/// every message goes by rendezvous).
+fn one_datagram_limit(inject_size: usize) -> usize {
+    let room = inject_size.saturating_sub(crate::wire::BASE_LEN);
+    if room == 0 {
+        0
+    } else {
+        (1usize << room.ilog2()).min(8192)
     }
 }
 
@@ -488,10 +512,21 @@ mod tests {
         assert_eq!(validate(&p).unwrap().eager_limit, Some(0));
         p.eager_limit = -2;
         assert!(validate(&p).unwrap_err().contains("-1"));
-        assert_eq!(default_eager_limit("tcp;ofi_rxm"), 65536);
-        assert_eq!(default_eager_limit("shm"), 4096 - crate::wire::BASE_LEN);
-        assert_eq!(default_eager_limit("efa"), 8192);
-        assert_eq!(default_eager_limit("udp;ofi_rxd"), 8192);
+        assert_eq!(default_eager_limit("tcp;ofi_rxm", 0), 65536);
+        assert_eq!(
+            default_eager_limit("shm", 4096),
+            4096 - crate::wire::BASE_LEN
+        );
+        assert_eq!(default_eager_limit("efa", 0), 8192);
+        // udp;ofi_rxd on udp's 1,472-byte datagrams reports an inject size
+        // of 1,344: a 1 KiB payload and our header fit one datagram.
+        assert_eq!(default_eager_limit("udp;ofi_rxd", 1344), 1024);
+        assert_eq!(default_eager_limit("udp;ofi_rxd", 1024 + 48), 1024);
+        assert_eq!(default_eager_limit("udp;ofi_rxd", 1024 + 47), 512);
+        assert_eq!(default_eager_limit("udp;ofi_rxd", 65536), 8192);
+        assert_eq!(default_eager_limit("udp;ofi_rxd", 49), 1);
+        assert_eq!(default_eager_limit("udp;ofi_rxd", 48), 0);
+        assert_eq!(default_eager_limit("udp;ofi_rxd", 0), 0);
     }
 
     #[test]

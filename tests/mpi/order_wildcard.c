@@ -169,15 +169,18 @@ static void receiver(void)
 
     /* Describe the traffic for the runner's counter checks. */
     long long bytes = 0;
-    int gt8192 = 0, gt65536 = 0;
+    int gt1024 = 0, eq1024 = 0, gt8192 = 0, gt65536 = 0;
     for (int q = 0; q < NMSG; q++) {
         bytes += msg_size(q);
+        gt1024 += msg_size(q) > 1024;
+        eq1024 += msg_size(q) == 1024;
         gt8192 += msg_size(q) > 8192;
         gt65536 += msg_size(q) > 65536;
     }
-    printf("STATS order_wildcard msgs=%d bytes=%lld gt8192=%d gt65536=%d "
-           "eq8192=0 eq65536=0 zero=0\n",
-           total, bytes * nsenders, gt8192 * nsenders, gt65536 * nsenders);
+    printf("STATS order_wildcard msgs=%d bytes=%lld gt1024=%d eq1024=%d "
+           "gt8192=%d gt65536=%d eq8192=0 eq65536=0 zero=0\n",
+           total, bytes * nsenders, gt1024 * nsenders, eq1024 * nsenders,
+           gt8192 * nsenders, gt65536 * nsenders);
     for (int b = 0; b < BATCH; b++)
         free(bbuf[b]);
     free(bbuf);

@@ -111,18 +111,22 @@ int main(int argc, char **argv)
 
     if (test_rank == 0) {
         long long bytes = 0;
+        int gt1024 = 0, eq1024 = 0;
         int gt8192 = 0, gt65536 = 0, eq8192 = 0, eq65536 = 0, zero = 0;
         for (int t = 0; t < NTAGS; t++) {
             bytes += msg_size(t);
+            gt1024 += msg_size(t) > 1024;
+            eq1024 += msg_size(t) == 1024;
             gt8192 += msg_size(t) > 8192;
             gt65536 += msg_size(t) > 65536;
             eq8192 += msg_size(t) == 8192;
             eq65536 += msg_size(t) == 65536;
             zero += msg_size(t) == 0;
         }
-        printf("STATS unexpected_reverse msgs=%d bytes=%lld gt8192=%d "
-               "gt65536=%d eq8192=%d eq65536=%d zero=%d\n",
-               NTAGS * NROUNDS, bytes * NROUNDS, gt8192 * NROUNDS,
+        printf("STATS unexpected_reverse msgs=%d bytes=%lld gt1024=%d "
+               "eq1024=%d gt8192=%d gt65536=%d eq8192=%d eq65536=%d zero=%d\n",
+               NTAGS * NROUNDS, bytes * NROUNDS, gt1024 * NROUNDS,
+               eq1024 * NROUNDS, gt8192 * NROUNDS,
                gt65536 * NROUNDS, eq8192 * NROUNDS, eq65536 * NROUNDS,
                zero * NROUNDS);
     }

@@ -110,6 +110,8 @@ pub(crate) struct Engine {
     stats: Arc<Stats>,
     shm_provider: Option<String>,
     rndv: &'static str,
+    /// The network rail's eager limit (none without a network rail).
+    net_eager_limit: Option<usize>,
     /// What this rank publishes through the modex.
     modex: Vec<u8>,
     /// The shared-memory file behind the shm rail's endpoint, if any.
@@ -190,6 +192,7 @@ impl Engine {
                 Some(n) if n.tagged => "send",
                 _ => "none",
             },
+            net_eager_limit: net.map(|n| n.eager_limit),
             shm_provider: profiles
                 .iter()
                 .find(|p| matches!(p.kind, RailKind::Shm | RailKind::Local))
@@ -231,6 +234,11 @@ impl Engine {
     pub(crate) fn enable_mr_cache(&mut self, limit: usize, ring: Arc<ReleaseRing>) {
         self.handoff
             .with_state_mut(|st| st.core.enable_mr_cache(limit, ring));
+    }
+
+    /// The network rail's eager limit, in bytes.
+    pub(crate) fn net_eager_limit(&self) -> Option<usize> {
+        self.net_eager_limit
     }
 
     /// The network rail's rendezvous protocol, by name.

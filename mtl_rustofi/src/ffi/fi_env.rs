@@ -52,7 +52,7 @@ pub(super) fn tune_rxm(settings: &config::Settings) {
     }
     let eager = settings
         .eager_limit
-        .unwrap_or_else(|| config::default_eager_limit("tcp;ofi_rxm"));
+        .unwrap_or_else(|| config::default_eager_limit("tcp;ofi_rxm", 0));
     let packet = crate::wire::BASE_LEN + eager.max(crate::wire::EXT_LEN - crate::wire::BASE_LEN);
     set_env("FI_OFI_RXM_BUFFER_SIZE", &RXM_BUFFER_SIZE.to_string());
     set_env(

@@ -258,7 +258,7 @@ pub unsafe extern "C" fn rustofi_init(
         if verbose > 1 {
             crate::log::info(&format!(
                 "rustofi: opened rank={} provider={} nic={} local_rank={} near_nics={} \
-                 stripe_nics={} nic_distance={} shm={} rma={} rndv={} caps={:?}",
+                 stripe_nics={} nic_distance={} shm={} rma={} rndv={} eager_limit={} caps={:?}",
                 cfg.rank,
                 engine.provider,
                 engine.nic,
@@ -274,6 +274,9 @@ pub unsafe extern "C" fn rustofi_init(
                 engine.shm_provider().unwrap_or("off"),
                 engine.caps.rma,
                 engine.rndv_name(),
+                engine
+                    .net_eager_limit()
+                    .map_or("none".to_string(), |l| l.to_string()),
                 engine.caps
             ));
             crate::log::info(&format!(
