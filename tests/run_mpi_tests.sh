@@ -787,9 +787,13 @@ fi
 
 # FI_TAGGED never asked for (tagged=off; verbose 2 prints the capabilities
 # fi_getinfo was asked for), and the message rendezvous (data packets over
-# plain sends into bounce buffers) forced where RMA would be used.
+# plain sends into bounce buffers) forced where RMA would be used. On udp
+# the eager limit that keeps a packet within one ofi_rxd datagram is
+# checked too (verbose 2 prints it).
 for prov in $PROVIDERS; do
-    run_test big_checksum "$prov" 2 "clean rndv>=4 grep=asked.caps=FI_MSG|FI_RMA|FI_READ|FI_REMOTE_READ.tagged=off" \
+    limit_check=""
+    [[ $prov == udp ]] && limit_check=" grep=eager_limit=1024.caps"
+    run_test big_checksum "$prov" 2 "clean rndv>=4 grep=asked.caps=FI_MSG|FI_RMA|FI_READ|FI_REMOTE_READ.tagged=off$limit_check" \
         tagged=off verbose=2
     for prog in truncate probe_cancel order_wildcard collectives; do
         run_test "$prog" "$prov" 2 "" tagged=off
