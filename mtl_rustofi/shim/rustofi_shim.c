@@ -284,7 +284,8 @@ static int rustofi_component_register(void)
     reg_long("eager_limit",
              "Largest message sent eagerly; larger ones use the rendezvous protocol. -1 "
              "(default) picks it per provider: 65536 for tcp (rxm's eager limit is raised to "
-             "match), 4048 for shm (its inject size less our header), 8192 for the others",
+             "match), 4048 for shm (its inject size less our header), 1024 for udp (a packet "
+             "within one ofi_rxd datagram), 8192 for the others",
              OPAL_INFO_LVL_3, &param_eager_limit);
     reg_long("verbose",
              "Verbosity: 1 prints one line of traffic counters per rank at finalize and a "
