@@ -153,7 +153,7 @@ impl FabricRail {
 /// the send or message rendezvous; stock mtl/ofi crashes inside the
 /// provider on the same test). Its sends are also the faster path there.
 fn rma_read_trusted(provider: &str) -> bool {
-    !provider.contains("ofi_rxd")
+    !crate::config::name_matches("ofi_rxd", provider)
 }
 
 /// Whether small packets go by the provider's `fi_inject`. `ofi_rxd`
@@ -162,9 +162,11 @@ fn rma_read_trusted(provider: &str) -> bool {
 /// packet fits its inject size, both ranks ended with hundreds of sends
 /// in flight and their peer's packets held out of order for good, in
 /// every run; the same runs with `fi_send` pass. Its sends are acked
-/// datagrams either way, so inject saves little there.
+/// datagrams either way, so inject saves little there. Matched as the
+/// eager limit's choice matches rxd (`config::default_eager_limit`), so
+/// the two never disagree on which rail is rxd's.
 fn inject_trusted(provider: &str) -> bool {
-    !provider.contains("ofi_rxd")
+    !crate::config::name_matches("ofi_rxd", provider)
 }
 
 /// The rendezvous a rail uses: (by read, by message packets); neither

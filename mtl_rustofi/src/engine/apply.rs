@@ -12,8 +12,8 @@ use std::sync::atomic::Ordering;
 
 /// The progress round of a holder that found `ring_only` set (the last
 /// token holder left the core waiting for nothing but packets of the own
-/// rail) and whose engine clock (liveness, stall reports, repairs) is not due: it reads the rings alone,
-/// and ticks if they held packets and left the core work for a tick; the
+/// rail) and whose engine clock (`Clock`) is not due: it reads the rings
+/// alone, and ticks if they held packets and left the core work for a tick; the
 /// tick and every other rail would find nothing. Every holder keeps that
 /// flag true to the core's state as it leaves (see [`super::IdleWatch`]),
 /// so under the token it is exact, not a hint. Returns the packets read
@@ -60,8 +60,8 @@ fn tick_and_execute(st: &mut State) {
 
 /// One whole round of progress: a tick, the completion queues of every
 /// rail, and a tick again when something completed (credits freed, queued
-/// operations can go); `read_clock`: the engine clock (liveness, stall reports, repairs) is due (or a poll
-/// forced after skipped ones stands in for them). Out of line, also
+/// operations can go); `read_clock`: the engine clock (`Clock`) is due
+/// (or a poll forced after skipped ones stands in for them). Out of line, also
 /// for the profiles, which tell the forced full rounds by its name.
 #[inline(never)]
 pub(super) fn full_round(st: &mut State, read_clock: bool) -> usize {

@@ -13,7 +13,8 @@ use std::sync::Arc;
 /// answer may be stale to a thread without the token (another thread may
 /// change either meanwhile), so one poll in `FULL_EVERY` skipped goes the
 /// whole way regardless: a stale "idle" delays work by at most that many
-/// polls, and the engine clock (liveness, stall reports, repairs) keeps running.
+/// polls, and the engine clock (liveness, stall reports, repairs) keeps
+/// running.
 ///
 /// Under the token `ring_only` is exact: every holder keeps it true to the
 /// core's state before it leaves (`note` after a full round, peer setup

@@ -267,13 +267,13 @@ impl Engine {
     /// skip. Returns the completions read.
     #[inline(always)]
     fn poll_round(&self, st: &mut State, batch: Batch<Cmd>, out: &mut Finished) -> usize {
-        // Every round counts towards the engine clock (liveness, stall reports, repairs).
+        // Every round counts towards the engine clock.
         let due = clock_due(&mut st.clock);
         let Some(w) = &self.idle else {
             return self.full_poll(st, batch, out, due);
         };
         // A poll forced after skipped ones stands in for all of them: it
-        // reads the engine clock (liveness, stall reports, repairs) and goes the whole way. Taken under the
+        // reads the engine clock and goes the whole way. Taken under the
         // token, so that the round that clears it is the one that does so.
         let forced = w.take_forced();
         // What the last holder noted as it left: every holder keeps the
@@ -300,7 +300,7 @@ impl Engine {
     }
 
     /// [`Engine::poll_round`] when it reads every rail (`read_clock`: and
-    /// the engine clock (liveness, stall reports, repairs)).
+    /// the engine clock, [`Clock`]).
     #[inline(always)]
     fn full_poll(
         &self,
