@@ -206,6 +206,10 @@ fn local(msg: bool) -> RailProfile {
     }
 }
 
+/// `tx_attr->inject_size` of udp;ofi_rxd (libfabric 1.17), from which the
+/// driver derives that rail's eager limit.
+const UDP_RXD_INJECT_SIZE: usize = 1256;
+
 /// The rails of a named profile.
 pub(crate) fn profile_set(name: &str) -> Option<Rails> {
     let one = |p| Rails {
@@ -250,13 +254,15 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
                 16,
             )
         }),
+        // The eager limit the driver chooses for rxd (every packet within
+        // one datagram of its 1,256-byte inject size: 1 KiB); no inject.
         "udp-rxd" => one(rail(
             "udp;ofi_rxd",
             RailKind::Net,
             false,
             true,
             false,
-            4096,
+            crate::config::default_eager_limit("udp;ofi_rxd", UDP_RXD_INJECT_SIZE),
             false,
             false,
             true,
