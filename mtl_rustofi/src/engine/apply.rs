@@ -163,7 +163,7 @@ pub(super) fn apply_op(st: &mut State, op: Op) -> Option<InlineSend> {
             req,
         } => {
             // SAFETY: as for a send.
-            unsafe { apply_recv(st, sel, from, buf, req) }
+            let _ = unsafe { apply_recv(st, sel, from, buf, req) };
         }
         Op::Mrecv { msg, buf, req } => {
             // SAFETY: as for a send.
@@ -221,7 +221,8 @@ pub(super) fn execute_then_send(st: &mut State, p: InlineSend) {
 }
 
 /// Posts a receive (token held), from the inbox or straight from its
-/// caller.
+/// caller. Returns whether it was queued and nothing else happened
+/// (then the idle note need not be made: see `Engine::start`).
 ///
 /// # Safety
 /// `req` is live and stays so until the receive completes.
@@ -232,12 +233,15 @@ pub(super) unsafe fn apply_recv(
     from: Option<PeerId>,
     buf: UserBuf,
     req: ReqPtr,
-) {
+) -> bool {
     let id = st.core.recv(sel, from, buf, req.id(), &mut st.out);
     // SAFETY: the request is live (the contract) and the token is held.
     // Written either way: a request applied directly was never
     // initialised, and a stale ticket must not reach cancel.
     unsafe { req.set_post_id(id) };
+    // A ticket means queued (no unexpected match); a receive from a lost
+    // peer is failed at once (an event), a flushed bundle is an action.
+    id.is_some() && st.out.events.is_empty() && st.out.actions.is_empty()
 }
 
 /// Receives a message taken by a matched probe (token held).

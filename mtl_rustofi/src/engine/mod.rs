@@ -410,7 +410,7 @@ impl Engine {
         unsafe {
             self.start(
                 req,
-                |st| apply_send(st, args, req),
+                |st, _| apply_send(st, args, req),
                 || Op::Send { args, req },
                 out,
             )
@@ -437,8 +437,8 @@ impl Engine {
         let started = unsafe {
             self.start(
                 req,
-                |st| {
-                    apply_recv(st, sel, from, buf, req);
+                |st, queued| {
+                    *queued = apply_recv(st, sel, from, buf, req);
                     None
                 },
                 || Op::Recv {
@@ -472,7 +472,7 @@ impl Engine {
         unsafe {
             self.start(
                 req,
-                |st| {
+                |st, _| {
                     apply_mrecv(st, msg, buf, req);
                     None
                 },
@@ -489,6 +489,9 @@ impl Engine {
     /// The command is made only then: the direct path builds no [`Op`]
     /// and matches on none.
     ///
+    /// `direct` says through its second argument that it only queued a
+    /// receive (then the idle note is not made again).
+    ///
     /// # Safety
     /// `req` valid until completion; `direct` applies the operation whose
     /// command `queued` makes.
@@ -496,7 +499,7 @@ impl Engine {
     unsafe fn start(
         &self,
         req: ReqPtr,
-        direct: impl FnOnce(&mut State) -> Option<InlineSend>,
+        direct: impl FnOnce(&mut State, &mut bool) -> Option<InlineSend>,
         queued: impl FnOnce() -> Op,
         out: &mut Finished,
     ) -> Result<Started, EngineError> {
@@ -512,15 +515,21 @@ impl Engine {
                 // if the note says "ring only", the tick was empty when
                 // the token was taken (no bundle to flush, nothing
                 // queued), the send went into the ring and left nothing;
-                // if not, the note could only clear it again. A receive
-                // post is noted: one may start a rendezvous that waits
-                // for a credit, with no action.
+                // if not, the note could only clear it again. Nor can a
+                // receive that was only queued: if the note says "ring
+                // only", no bundle was open to flush, and a queued
+                // receive leaves the tick empty and posts nothing. Any
+                // other post is noted: one that matches an unexpected
+                // rendezvous may leave the read waiting for a credit,
+                // with no action to show for it.
                 let mut unchanged = true;
                 for cmd in batch {
                     apply(st, cmd);
                     unchanged = false;
                 }
-                match direct(st) {
+                // Set by a receive that was only queued.
+                let mut queued = false;
+                match direct(st, &mut queued) {
                     // After what was queued before it, as if it were the
                     // last action; complete for MPI once the driver has it
                     // (or, if it refused the packet, the core has copied
@@ -537,6 +546,7 @@ impl Engine {
                         unchanged = false;
                         started = Started::Complete;
                     }
+                    None if queued => {}
                     None => {
                         unchanged = false;
                         if !st.out.actions.is_empty() {

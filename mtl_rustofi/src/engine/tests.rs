@@ -539,6 +539,133 @@ fn counted_poll(e: &Engine, out: &mut Finished) {
     }
 }
 
+/// Whether what the last holder noted for the quick look is true: "ring
+/// only" may be said only while a round could do nothing but read rings
+/// (`Core::waits_only_on`). A stale "not ring only" costs a full round;
+/// a stale "ring only" would skip work.
+fn idle_note_holds(e: &Engine) -> bool {
+    let w = e.idle.as_ref().expect("an own rail, so an idle watch");
+    e.handoff
+        .with_token(|st, batch| {
+            assert!(batch.is_empty(), "nothing was queued");
+            !w.ring_only.load(Ordering::Relaxed) || st.core.waits_only_on(w.rail)
+        })
+        .unwrap()
+}
+
+/// Through receive posts that only queue (which skip the idle note,
+/// `Engine::start`), posts that match an unexpected message (eager, or a
+/// rendezvous whose read then starts) and the polls between, what the
+/// idle note says stays true; an idle receiver's polls can still be
+/// skipped after a post that only queued.
+#[test]
+fn the_idle_note_stays_true_through_posts_that_queue_and_posts_that_match() {
+    const SMALL: usize = 8;
+    const LARGE: usize = 256 << 10; // a rendezvous on the own rail
+    let (a, b) = pair_in_job(0xe5);
+    let small: Vec<u8> = (0..SMALL as u8).collect();
+    let large: Vec<u8> = (0..LARGE).map(|i| (i * 7 % 251) as u8).collect();
+    let mut sends = requests(3);
+    let mut recvs = requests(3);
+    let mut bufs = [vec![0u8; SMALL], vec![0u8; SMALL], vec![0u8; LARGE]];
+    let mut out = Finished::new();
+    let mut done = [false; 3];
+    b.engine.progress(&mut out);
+    assert!(idle_note_holds(&b.engine));
+    assert!(
+        b.engine.nothing_to_poll(),
+        "an idle receiver's polls are not skipped"
+    );
+    let sel = |tag: i32| Selector {
+        ctx: 1,
+        src: Source::Rank(0),
+        tag: Tag::Value(tag),
+    };
+    // SAFETY: the buffers, payloads and requests stay where they are,
+    // untouched, until every operation has completed (the loop below).
+    unsafe {
+        // Tag 0: posted before its message, so only queued.
+        let (buf, r) = (&mut bufs[0], &mut recvs[0]);
+        b.engine
+            .irecv(sel(0), None, buf.as_mut_ptr(), SMALL, req(r), &mut out)
+            .unwrap();
+        assert!(idle_note_holds(&b.engine));
+        assert!(
+            b.engine.nothing_to_poll(),
+            "a receive only queued made an idle receiver poll"
+        );
+        // Tags 1 (eager) and 2 (rendezvous) arrive before their receives.
+        for (i, p) in [(1, &small), (2, &large)] {
+            let _ = a
+                .engine
+                .isend(
+                    a.peer,
+                    1,
+                    0,
+                    i,
+                    p.as_ptr(),
+                    p.len(),
+                    false,
+                    req(&mut sends[i as usize]),
+                    &mut out,
+                )
+                .unwrap();
+        }
+        while b.engine.stats().unexpected_now.now.load(Ordering::Relaxed) < 2 {
+            b.engine.progress(&mut out);
+            assert!(idle_note_holds(&b.engine));
+        }
+        for i in [1usize, 2] {
+            let (buf, r) = (&mut bufs[i], &mut recvs[i]);
+            b.engine
+                .irecv(
+                    sel(i as i32),
+                    None,
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                    req(r),
+                    &mut out,
+                )
+                .unwrap();
+            assert!(idle_note_holds(&b.engine), "after the post of tag {i}");
+        }
+        let _ = a
+            .engine
+            .isend(
+                a.peer,
+                1,
+                0,
+                0,
+                small.as_ptr(),
+                SMALL,
+                false,
+                req(&mut sends[0]),
+                &mut out,
+            )
+            .unwrap();
+    }
+    let mut rounds = 0;
+    let mut a_out = Finished::new();
+    while done.iter().any(|d| !d) {
+        rounds += 1;
+        assert!(rounds < 1_000_000, "stuck: {done:?}");
+        a.engine.progress(&mut a_out);
+        a_out.deliver(|_| {});
+        if !b.engine.nothing_to_poll() {
+            b.engine.progress(&mut out);
+        }
+        assert!(idle_note_holds(&a.engine) && idle_note_holds(&b.engine));
+        out.deliver(|c| {
+            if let Completion::Recv { req, status, .. } = c {
+                assert_eq!(status, Status::Ok);
+                done[index_of(&recvs, req)] = true;
+            }
+        });
+    }
+    assert_eq!((&bufs[0][..], &bufs[1][..]), (&small[..], &small[..]));
+    assert!(bufs[2] == large, "the rendezvous's bytes differ");
+}
+
 /// Round trips of `PINGPONG_LEN` bytes between two engines of this
 /// process, each through `irecv`, `isend` and the polls the shim would
 /// make, and nothing else: what `bench/engine-ir` runs under callgrind
