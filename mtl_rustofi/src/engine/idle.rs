@@ -19,8 +19,9 @@ use std::sync::Arc;
 /// Under the token `ring_only` is exact: every holder keeps it true to the
 /// core's state before it leaves (`note` after a full round, peer setup
 /// and the other rare operations; `note_started` after anything else but
-/// a small send its ring took, which cannot end the state: see
-/// `Engine::start`), and a round that finds it set reads only the rings.
+/// a small send its ring took or a receive post that was only queued,
+/// neither of which can end the state: see `Engine::start`), and a round
+/// that finds it set reads only the rings.
 pub(super) struct IdleWatch {
     pub(super) rail: RailId,
     pub(super) rings: Arc<RingWatch>,

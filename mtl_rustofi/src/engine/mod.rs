@@ -437,8 +437,8 @@ impl Engine {
         let started = unsafe {
             self.start(
                 req,
-                |st, queued| {
-                    *queued = apply_recv(st, sel, from, buf, req);
+                |st, only_queued| {
+                    *only_queued = apply_recv(st, sel, from, buf, req);
                     None
                 },
                 || Op::Recv {
@@ -490,7 +490,8 @@ impl Engine {
     /// and matches on none.
     ///
     /// `direct` says through its second argument that it only queued a
-    /// receive (then the idle note is not made again).
+    /// receive: then, if no queued command was applied before it, the idle
+    /// note is not made again.
     ///
     /// # Safety
     /// `req` valid until completion; `direct` applies the operation whose
@@ -516,7 +517,8 @@ impl Engine {
                 // the token was taken (no bundle to flush, nothing
                 // queued), the send went into the ring and left nothing;
                 // if not, the note could only clear it again. Nor can a
-                // receive that was only queued: if the note says "ring
+                // receive that was only queued, with no command queued
+                // before it: if the note says "ring
                 // only", no bundle was open to flush, and a queued
                 // receive leaves the tick empty and posts nothing. Any
                 // other post is noted: one that matches an unexpected
@@ -528,8 +530,8 @@ impl Engine {
                     unchanged = false;
                 }
                 // Set by a receive that was only queued.
-                let mut queued = false;
-                match direct(st, &mut queued) {
+                let mut only_queued = false;
+                match direct(st, &mut only_queued) {
                     // After what was queued before it, as if it were the
                     // last action; complete for MPI once the driver has it
                     // (or, if it refused the packet, the core has copied
@@ -546,7 +548,7 @@ impl Engine {
                         unchanged = false;
                         started = Started::Complete;
                     }
-                    None if queued => {}
+                    None if only_queued => {}
                     None => {
                         unchanged = false;
                         if !st.out.actions.is_empty() {
