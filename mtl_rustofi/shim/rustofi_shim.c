@@ -34,6 +34,7 @@
 /* ==== Open MPI version differences (4.1 / 5.0) ===================== */
 #if OMPI_MAJOR_VERSION >= 5
 #include <pthread.h>
+#include <time.h>
 #include "ompi/runtime/ompi_rte.h"
 #include "opal/mca/pmix/pmix-internal.h"
 #define RUSTOFI_MODEX_SCOPE PMIX_GLOBAL
@@ -892,6 +893,7 @@ static ompi_request_t excid_rx_ompi;                     /* receives its status 
 static rustofi_excid_msg_t excid_rx_buf;
 static volatile bool excid_running = false;
 static int excid_nsent = 0, excid_nrecv = 0; /* reported at finalize (verbose) */
+static int excid_nwaited = 0; /* messages that arrived before their communicator */
 
 static bool excid_same(const rustofi_excid_msg_t *m, const ompi_communicator_t *comm)
 {
@@ -967,6 +969,10 @@ static void excid_received(const rustofi_excid_msg_t *m)
             p->msg = *m;
             p->next = excid_pending;
             excid_pending = p;
+        } else {
+            /* its sender will wait for this rank's index in vain */
+            opal_output(0, "mtl_rustofi: out of memory: the communicator index message from "
+                        "rank %d is lost", m->rank);
         }
     } else if (excid_apply(mc, m)) {
         reply = mc->comm;
@@ -1021,7 +1027,8 @@ static void excid_stop(void)
 {
     if (param_verbose >= 1 && (excid_nsent > 0 || excid_nrecv > 0)) {
         fprintf(stderr, "mtl_rustofi: rank %u communicator index exchanges excid_sent=%d "
-                "excid_recv=%d\n", OMPI_PROC_MY_NAME->vpid, excid_nsent, excid_nrecv);
+                "excid_recv=%d excid_waited=%d\n", OMPI_PROC_MY_NAME->vpid, excid_nsent,
+                excid_nrecv, excid_nwaited);
     }
     excid_running = false;
     (void) rustofi_cancel(&excid_rx.u.head);
@@ -1032,6 +1039,24 @@ static void excid_stop(void)
         free(p);
     }
     pthread_mutex_unlock(&excid_lock);
+}
+
+/* fault_inject late_comm (testing): rank 0 drives progress for 3 s before
+ * it registers a communicator that needs the index exchange, so that the
+ * index messages its peers send it meanwhile arrive before the
+ * communicator does and wait for it. */
+static __attribute__((cold)) void excid_late_comm(void)
+{
+    if (0 != OMPI_PROC_MY_NAME->vpid
+        || 0 != strcmp(rustofi_enum_text(RUSTOFI_ENUM_FAULT_INJECT), "late_comm")) {
+        return;
+    }
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        opal_progress();
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 3000000000L);
 }
 
 static int rustofi_add_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm)
@@ -1051,7 +1076,19 @@ static int rustofi_add_comm(struct mca_mtl_base_module_t *mtl, struct ompi_commu
         mc->peer[comm->c_my_rank].c_index = comm->c_index;
         mc->peer[comm->c_my_rank].state = CID_EXCHANGED;
     }
-    int replies[64], nreplies = 0;
+    /* The ranks whose waiting messages need this rank's index back: each
+     * at most once (excid_apply answers true only for a rank not heard
+     * from before), so `size` entries hold them all, however many peers
+     * sent theirs before this communicator existed here. Every waiting
+     * message of this communicator is applied: one left waiting would
+     * never be, and its sender would wait for the answer for good. */
+    int *replies = malloc((size_t) size * sizeof(*replies));
+    if (NULL == replies) {
+        free(mc);
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
+    int nreplies = 0;
+    excid_late_comm();
     pthread_mutex_lock(&excid_lock);
     comm->c_mtl_comm = mc;
     mc->next = excid_comms;
@@ -1059,8 +1096,9 @@ static int rustofi_add_comm(struct mca_mtl_base_module_t *mtl, struct ompi_commu
     /* messages that arrived before this communicator existed here */
     for (rustofi_excid_pending_t **pp = &excid_pending; NULL != *pp;) {
         rustofi_excid_pending_t *p = *pp;
-        if (excid_same(&p->msg, comm) && nreplies < 64) {
-            if (excid_apply(mc, &p->msg)) {
+        if (excid_same(&p->msg, comm)) {
+            excid_nwaited++;
+            if (excid_apply(mc, &p->msg) && nreplies < size) {
                 replies[nreplies++] = p->msg.rank;
             }
             *pp = p->next;
@@ -1070,12 +1108,12 @@ static int rustofi_add_comm(struct mca_mtl_base_module_t *mtl, struct ompi_commu
         }
     }
     pthread_mutex_unlock(&excid_lock);
-    for (int i = 0; i < nreplies; i++) {
-        if (OMPI_SUCCESS != excid_send(comm, replies[i])) {
-            return OMPI_ERROR;
-        }
+    int ret = OMPI_SUCCESS;
+    for (int i = 0; i < nreplies && OMPI_SUCCESS == ret; i++) {
+        ret = excid_send(comm, replies[i]) == OMPI_SUCCESS ? OMPI_SUCCESS : OMPI_ERROR;
     }
-    return OMPI_SUCCESS;
+    free(replies);
+    return ret;
 }
 
 static int rustofi_del_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm)

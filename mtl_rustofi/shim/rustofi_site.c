@@ -39,7 +39,7 @@ static const mca_base_var_enum_value_t shm_values[] = {
     {2, "auto"}, {1, "on"}, {0, "off"}, {3, "libfabric"}, {0, NULL}};
 static const mca_base_var_enum_value_t fault_inject_values[] = {
     {0, "none"}, {1, "rma_key"}, {2, "bad_packet"}, {3, "lose_data"},
-    {4, "lose_whole"}, {0, NULL}};
+    {4, "lose_whole"}, {5, "late_comm"}, {0, NULL}};
 
 typedef struct {
     const char *name;
@@ -81,7 +81,9 @@ static rustofi_enum_param_t enum_params[RUSTOFI_ENUM_COUNT] = {
         "provider reports a completion error), bad_packet (send one malformed packet) or "
         "lose_data (take every fourth arriving rendezvous data packet as lost by the provider) "
         "or lose_whole (take every fourth message-rendezvous grant, request or FIN and every "
-        "1000th data packet as lost whole, so that the stalled transfer is repaired)",
+        "1000th data packet as lost whole, so that the stalled transfer is repaired) or "
+        "late_comm (Open MPI 5: rank 0 registers a communicator that needs the index exchange "
+        "only once every peer's index message for it has arrived, or after 30 s)",
         OPAL_INFO_LVL_9, fault_inject_values},
     [RUSTOFI_ENUM_TAGGED] = {
         "tagged",

@@ -48,6 +48,12 @@ pub(crate) enum Fault {
     /// a packet the provider garbled), so that the repair runs over a
     /// real provider.
     LoseWhole,
+    /// Open MPI 5: rank 0 of the job registers a communicator that needs
+    /// the index exchange only once every peer's index message for it has
+    /// arrived (or 30 s have passed), driving progress meanwhile, so that
+    /// all of them wait for the communicator (the shim's `rustofi_add_comm`;
+    /// the engine does nothing with it).
+    LateComm,
 }
 
 /// Validated settings.
@@ -273,10 +279,11 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         "bad_packet" => Fault::BadPacket,
         "lose_data" => Fault::LoseData,
         "lose_whole" => Fault::LoseWhole,
+        "late_comm" => Fault::LateComm,
         other => {
             return Err(format!(
                 "mtl_rustofi_fault_inject = '{other}' is invalid: use none, rma_key, \
-                 bad_packet, lose_data or lose_whole"
+                 bad_packet, lose_data, lose_whole or late_comm"
             ))
         }
     };
@@ -659,6 +666,25 @@ mod tests {
             let e = validate(&p).unwrap_err();
             assert!(e.contains(&format!("mtl_rustofi_{name}")), "{e}");
         }
+    }
+
+    #[test]
+    fn every_fault_has_its_name() {
+        for (name, fault) in [
+            ("none", Fault::None),
+            ("rma_key", Fault::RmaKey),
+            ("bad_packet", Fault::BadPacket),
+            ("lose_data", Fault::LoseData),
+            ("lose_whole", Fault::LoseWhole),
+            ("late_comm", Fault::LateComm),
+        ] {
+            let mut p = raw();
+            p.fault_inject = Some(name);
+            assert_eq!(validate(&p).unwrap().fault, fault, "{name}");
+        }
+        let mut p = raw();
+        p.fault_inject = Some("late");
+        assert!(validate(&p).unwrap_err().contains("late_comm"));
     }
 
     #[test]

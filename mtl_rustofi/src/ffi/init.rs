@@ -344,7 +344,8 @@ fn shm_only(s: &config::Settings) -> bool {
         && s.include.is_empty()
         && s.exclude.is_empty()
         && s.nic.is_empty()
-        && s.fault == config::Fault::None
+        // The faults of the network rails; late_comm is the shim's own.
+        && matches!(s.fault, config::Fault::None | config::Fault::LateComm)
 }
 
 /// A positive count from the environment (set by Open MPI's launcher).

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Open MPI 5: a communicator made through MPI sessions needs the index
+# exchange (each member indexes it its own way), and a rank may get a
+# peer's index message before it has the communicator itself: such a
+# message waits in a list until the rank registers the communicator, which
+# must then answer it (a peer whose message is never answered waits for
+# the answer for good).
+#
+# Usage: tests/excid_fanin.sh [NP]      (default 8)
+#
+# tests/mpi/oneshot/sessions_fanin.c at NP ranks on this host (the
+# component's own shared-memory transport alone, no libfabric): every rank
+# sends to rank 0 on a new sessions communicator, rank 0 answers each.
+# 1. With mtl_rustofi_fault_inject late_comm (rank 0 drives progress for
+#    3 s before it registers the communicator): the job passes, and rank
+#    0's finalize line says index messages waited for the communicator
+#    (excid_waited >= 1), so the test took the path it is about.
+# 2. Without the fault: the job passes (how many messages waited is
+#    printed, not checked: usually none, but a rank descheduled while it
+#    registers the communicator may see some).
+# Environment: OMPI_PREFIX (an Open MPI 5 install, see
+# scripts/ompi-prefix.sh), RUSTOFI_MCA_DIR, OMPI_COMPONENT_DIR.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=../scripts/ompi-prefix.sh
+. "$REPO/scripts/ompi-prefix.sh"
+np=${1:-8}
+[[ "$np" =~ ^[0-9]+$ ]] && ((np >= 2)) || { echo "usage: $0 [NP >= 2]" >&2; exit 2; }
+((OMPI_MAJOR >= 5)) || { echo "excid_fanin: needs Open MPI 5 (OMPI_PREFIX)" >&2; exit 2; }
+BUILD_DIR=$RUSTOFI_TARGET/excid_fanin
+mkdir -p "$BUILD_DIR"
+mpicc -O2 -o "$BUILD_DIR/sessions_fanin" "$REPO/tests/mpi/oneshot/sessions_fanin.c"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_mca_base_component_path=$RUSTOFI_MCA_DIR:$OMPI_COMPONENT_DIR
+unset OMPI_MCA_pml OMPI_MCA_mtl
+for v in $(env | sed -n 's/^\(OMPI_MCA_mtl_rustofi_[a-z_]*\)=.*/\1/p'); do unset "$v"; done
+fails=0
+run() { # FAULT: runs the job; prints how many messages waited at rank 0
+  local fault=$1 log=$BUILD_DIR/np$np.$1.log rc start=$SECONDS
+  # btl ^ofi: Open MPI 5's btl/ofi would initialise libfabric in every rank.
+  set +e
+  timeout -k 10 120 mpirun -np "$np" --oversubscribe --bind-to none \
+    --mca pml cm --mca mtl rustofi --mca btl ^ofi \
+    --mca mtl_rustofi_fault_inject "$fault" --mca mtl_rustofi_verbose 1 \
+    "$BUILD_DIR/sessions_fanin" >"$log" 2>&1
+  rc=$?
+  set -e
+  if [ $rc -ne 0 ] || ! grep -q "PASS sessions_fanin $np ranks" "$log"; then
+    echo "FAIL: excid_fanin np $np, fault_inject $fault: exit $rc after $((SECONDS - start))s ($log)" >&2
+    grep -m5 -E "FAIL|mtl_rustofi:" "$log" >&2 || true
+    echo -1
+    return
+  fi
+  sed -n 's/.*rank 0 communicator index exchanges .*excid_waited=\([0-9]*\).*/\1/p' "$log" | grep . ||
+    echo -2
+}
+waited=$(run late_comm)
+if [ "$waited" -ge 1 ]; then
+  echo "ok: excid_fanin np $np, late_comm: $waited index message(s) waited for the communicator and were answered"
+else
+  echo "FAIL: excid_fanin np $np, late_comm: no index message waited for the communicator (excid_waited: $waited)"
+  fails=$((fails + 1))
+fi
+waited=$(run none)
+if [ "$waited" -ge 0 ]; then
+  echo "ok: excid_fanin np $np, no fault: passed ($waited index message(s) waited)"
+else
+  echo "FAIL: excid_fanin np $np, no fault (excid_waited: $waited)"
+  fails=$((fails + 1))
+fi
+exit $((fails > 0))
