@@ -7,6 +7,15 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The C shim's files (`shim/rustofi_shim.h` lists what each holds); the
+/// in-tree build (`ompi-patch/rustofi/Makefile.am`) names the same ones.
+const SHIM_SOURCES: [&str; 4] = [
+    "shim/rustofi_shim.c",
+    "shim/rustofi_p2p.c",
+    "shim/rustofi_excid.c",
+    "shim/rustofi_site.c",
+];
+
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest.parent().unwrap().to_path_buf();
@@ -14,9 +23,9 @@ fn main() {
 
     let wrapper = root.join("config/fabric_wrapper.h");
     println!("cargo:rerun-if-changed={}", wrapper.display());
-    println!("cargo:rerun-if-changed=shim/rustofi_shim.c");
-    println!("cargo:rerun-if-changed=shim/rustofi_site.c");
-    println!("cargo:rerun-if-changed=shim/rustofi_site.h");
+    for f in SHIM_SOURCES.iter().chain(["shim/rustofi_shim.h", "shim/rustofi_site.h"].iter()) {
+        println!("cargo:rerun-if-changed={f}");
+    }
     println!("cargo:rerun-if-changed=src/ffi");
     println!("cargo:rerun-if-env-changed=RUSTOFI_OMPI_INCLUDE");
 
@@ -68,8 +77,7 @@ fn main() {
     }
     if let Some(inc) = ompi_include() {
         cc::Build::new()
-            .file(manifest.join("shim/rustofi_shim.c"))
-            .file(manifest.join("shim/rustofi_site.c"))
+            .files(SHIM_SOURCES.iter().map(|f| manifest.join(f)))
             .include(&out)
             .include(manifest.join("shim"))
             .include(&inc)

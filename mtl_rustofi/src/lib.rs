@@ -1,10 +1,11 @@
 //! mtl_rustofi: an Open MPI MTL over libfabric with tag matching in Rust.
 //!
 //! Layers, from Open MPI down:
-//! - `shim/rustofi_shim.c` (C): component registration, MCA parameters,
-//!   modex, convertors, status and request completion;
-//!   `shim/rustofi_site.c` (C): enumerated parameters, help messages,
-//!   output and MPI_T performance variables;
+//! - the C shim (`shim/rustofi_shim.h` lists its files): component
+//!   registration, MCA parameters and modex (`rustofi_shim.c`), convertors,
+//!   status and request completion (`rustofi_p2p.c`), communicator ids
+//!   (`rustofi_excid.c`), enumerated parameters, help messages, output and
+//!   MPI_T performance variables (`rustofi_site.c`);
 //! - [`ffi`]: the one module that crosses the C boundary (panic guards);
 //!   `log` (messages through the shim's hooks), `trace` (the `tracing`
 //!   subscriber behind `mtl_rustofi_verbose`) and `pvars` (the table of
