@@ -23,7 +23,10 @@ fn main() {
 
     let wrapper = root.join("config/fabric_wrapper.h");
     println!("cargo:rerun-if-changed={}", wrapper.display());
-    for f in SHIM_SOURCES.iter().chain(["shim/rustofi_shim.h", "shim/rustofi_site.h"].iter()) {
+    for f in SHIM_SOURCES
+        .iter()
+        .chain(["shim/rustofi_shim.h", "shim/rustofi_site.h"].iter())
+    {
         println!("cargo:rerun-if-changed={f}");
     }
     println!("cargo:rerun-if-changed=src/ffi");

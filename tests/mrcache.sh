@@ -11,7 +11,10 @@
 #    the receiver checks every byte. The verbose 2 line must say the cache is on.
 # 2. mtl_rustofi_mr_cache_size 0: every rendezvous registers (mr_reg = sends,
 #    mr_hits = 0), same data checks.
-# 3. mtl_rustofi_mr_cache_size -1: refused with one message, job on ob1.
+# 3. mtl_rustofi_mr_cache_bytes 1 MiB, below the 4 MiB buffers: no
+#    registration is kept once its send ends (mr_reg = sends, mr_hits = 0),
+#    and the verbose 2 line states the bound.
+# 4. mtl_rustofi_mr_cache_size -1: refused with one message, job on ob1.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=tests/lib/counters.sh
@@ -74,6 +77,11 @@ if run on --mca mtl_rustofi_verbose 2; then
 fi
 if run off --mca mtl_rustofi_verbose 1 --mca mtl_rustofi_mr_cache_size 0; then
     check_counts off "$(expect_field sends)" 0
+fi
+if run bytes --mca mtl_rustofi_verbose 2 --mca mtl_rustofi_mr_cache_bytes 1048576; then
+    grep -q 'registration cache on, up to 64 unused registrations of up to 1048576 bytes' "$LOG" ||
+        fail "bytes: no line stating the 1048576-byte bound (log $LOG)"
+    check_counts bytes "$(expect_field sends)" 0
 fi
 LOG=$LOG_DIR/mrcache-bad.log
 if timeout -k 10 120 mpirun -np 2 --bind-to none --mca mtl rustofi \

@@ -580,7 +580,8 @@ check_ompi_info() {
             fi
         done
         # every numeric parameter states its range
-        for p in priority eager_limit verbose rndv_chunk_size rx_buffers coalesce mr_cache_size; do
+        for p in priority eager_limit verbose rndv_chunk_size rx_buffers coalesce mr_cache_size \
+            mr_cache_bytes; do
             [[ -z "$why" ]] || break
             if ! grep -Eq "^mca:mtl:rustofi:param:mtl_rustofi_$p:help:.*range: -?[0-9]+ to [0-9]+" "$log"; then
                 why="help text of mtl_rustofi_$p states no range"

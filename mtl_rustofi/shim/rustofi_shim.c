@@ -92,6 +92,7 @@ ASSERT_FIELD(RustofiConfig, stripe_min, RUSTOFI_LAYOUT_CONFIG_STRIPE_MIN);
 ASSERT_FIELD(RustofiConfig, send_queue_limit, RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_LIMIT);
 ASSERT_FIELD(RustofiConfig, send_queue_total, RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_TOTAL);
 ASSERT_FIELD(RustofiConfig, peer_timeout, RUSTOFI_LAYOUT_CONFIG_PEER_TIMEOUT);
+ASSERT_FIELD(RustofiConfig, mr_cache_bytes, RUSTOFI_LAYOUT_CONFIG_MR_CACHE_BYTES);
 _Static_assert(sizeof(RustofiConfig) == RUSTOFI_LAYOUT_CONFIG_SIZE,
                "size of RustofiConfig differs from ffi/layout.rs");
 
@@ -107,6 +108,7 @@ static long param_eager_limit = -1;
 long rustofi_param_verbose = 0;
 static long param_coalesce = 1;
 static long param_mr_cache_size = 64;
+static long param_mr_cache_bytes = -1;
 static long param_stripe = 0;
 static long param_stripe_min = 1L << 20;
 static long param_send_queue_limit = 4L << 20;
@@ -266,6 +268,13 @@ static int rustofi_component_register(void)
              "reuse, least recently used evicted first (0: register every transfer). Active only "
              "where Open MPI's memory hooks report munmap and free",
              OPAL_INFO_LVL_4, &param_mr_cache_size);
+    reg_long("mr_cache_bytes",
+             "Registration cache: most bytes of user memory its unused registrations may "
+             "cover (keep pinned), least recently used evicted first; a registration larger "
+             "than this is not kept once unused. -1 (default): the host's physical memory "
+             "divided by its CPUs, so that the ranks of a full node together keep at most the "
+             "host's memory",
+             OPAL_INFO_LVL_4, &param_mr_cache_bytes);
     reg_long("stripe",
              "Most NICs a large read rendezvous spreads over, the rank's own NIC included: "
              "1 keeps every transfer on the rank's own NIC; 0 (default) uses every NIC of the "
@@ -504,6 +513,7 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
         .rank = (int64_t) OMPI_PROC_MY_NAME->vpid,
         .nic = param_nic,
         .mr_cache_size = param_mr_cache_size,
+        .mr_cache_bytes = param_mr_cache_bytes,
         .stripe = param_stripe,
         .stripe_min = param_stripe_min,
         .send_queue_limit = param_send_queue_limit,

@@ -80,6 +80,9 @@ pub(crate) struct Settings {
     pub coalesce: bool,
     /// Most unused registrations of user buffers kept for reuse (0: none).
     pub mr_cache: usize,
+    /// Most bytes those may cover (`None`: chosen from the host's memory,
+    /// [`default_mr_cache_bytes`]).
+    pub mr_cache_bytes: Option<usize>,
     /// Most NICs a large read rendezvous spreads over, the rank's own
     /// included (`None`: every NIC as near as its own; 1: no striping).
     pub stripe: Option<usize>,
@@ -129,6 +132,7 @@ pub(crate) struct RawParams<'a> {
     pub shm: Option<&'a str>,
     pub coalesce: i64,
     pub mr_cache_size: i64,
+    pub mr_cache_bytes: i64,
     pub stripe: i64,
     pub stripe_min: i64,
     pub send_queue_limit: i64,
@@ -237,6 +241,7 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     let verbose = num("verbose", p.verbose)?;
     let coalesce = num("coalesce", p.coalesce)?;
     let mr_cache_size = num("mr_cache_size", p.mr_cache_size)?;
+    let mr_cache_bytes = num("mr_cache_bytes", p.mr_cache_bytes)?;
     let stripe = num("stripe", p.stripe)?;
     let stripe_min = num("stripe_min", p.stripe_min)?;
     let send_queue_limit = num("send_queue_limit", p.send_queue_limit)?;
@@ -312,6 +317,7 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         shm,
         coalesce: coalesce == 1,
         mr_cache: mr_cache_size as usize,
+        mr_cache_bytes: (mr_cache_bytes >= 0).then_some(mr_cache_bytes as usize),
         stripe: (stripe != 0).then_some(stripe as usize),
         stripe_min: stripe_min as usize,
         send_queue_limit: send_queue_limit as usize,
@@ -322,6 +328,14 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         one_host: false,
         world_size: 0,
     })
+}
+
+/// The default bytes bound of the registration cache for a host of `mem`
+/// bytes and `cpus` CPUs: a process's share of the memory if every CPU runs
+/// one (as libfabric sizes its own cache), so that the ranks of a full node
+/// together never keep more than the host's memory pinned for reuse.
+pub(crate) fn default_mr_cache_bytes(mem: usize, cpus: usize) -> usize {
+    mem / cpus.max(1)
 }
 
 /// Providers that already move same-host traffic through shared memory
@@ -464,6 +478,7 @@ pub(crate) fn test_params() -> RawParams<'static> {
         eager_limit: EAGER_AUTO,
         coalesce: 1,
         mr_cache_size: 64,
+        mr_cache_bytes: -1,
         stripe_min: 1 << 20,
         send_queue_limit: 4 << 20,
         send_queue_total: 32 << 20,
@@ -653,6 +668,10 @@ mod tests {
                 "send_queue_total",
             ),
             (
+                Box::new(|p: &mut RawParams| p.mr_cache_bytes = -2),
+                "mr_cache_bytes",
+            ),
+            (
                 Box::new(|p: &mut RawParams| p.rndv_protocol = Some("fast")),
                 "rndv_protocol",
             ),
@@ -666,6 +685,19 @@ mod tests {
             let e = validate(&p).unwrap_err();
             assert!(e.contains(&format!("mtl_rustofi_{name}")), "{e}");
         }
+    }
+
+    #[test]
+    fn the_cache_bytes_bound_is_chosen_from_the_host_unless_given() {
+        assert_eq!(validate(&raw()).unwrap().mr_cache_bytes, None);
+        let mut p = raw();
+        p.mr_cache_bytes = 0;
+        assert_eq!(validate(&p).unwrap().mr_cache_bytes, Some(0));
+        p.mr_cache_bytes = 1 << 30;
+        assert_eq!(validate(&p).unwrap().mr_cache_bytes, Some(1 << 30));
+        // A rank's share of a host whose CPUs each run one.
+        assert_eq!(default_mr_cache_bytes(64 << 30, 32), 2 << 30);
+        assert_eq!(default_mr_cache_bytes(64 << 30, 0), 64 << 30);
     }
 
     #[test]

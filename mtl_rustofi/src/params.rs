@@ -47,6 +47,10 @@ pub(crate) const NUMERIC: &[NumericParam] = &[
     param("coalesce", 0, 1, ""),
     param("mr_cache_size", 0, 65536, ""),
     NumericParam {
+        special: Some((-1, "for the host's memory divided by its CPUs")),
+        ..param("mr_cache_bytes", 0, 1 << 50, "bytes")
+    },
+    NumericParam {
         special: Some((0, "for every NIC as near as the rank's own")),
         ..param("stripe", 1, crate::wire::MAX_STRIPES as i64 + 1, "NICs")
     },

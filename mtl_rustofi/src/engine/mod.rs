@@ -18,7 +18,7 @@ use crate::inbox::Batch;
 use crate::matching::Selector;
 use crate::memrelease::ReleaseRing;
 use crate::proto::ids::PeerId;
-use crate::proto::{Core, CoreConfig, InlineSend, Out, SendArgs, Stats};
+use crate::proto::{CacheBound, Core, CoreConfig, InlineSend, Out, SendArgs, Stats};
 pub(crate) use crate::proto::{Event as Completion, ProbeInfo, Status};
 pub(crate) use crate::request::MessageHandle;
 use crate::request::{Cmd, Op, ReqPtr};
@@ -231,9 +231,9 @@ impl Engine {
 
     /// Turns the registration cache on (only when memory returned to the
     /// system is pushed on `ring`).
-    pub(crate) fn enable_mr_cache(&mut self, limit: usize, ring: Arc<ReleaseRing>) {
+    pub(crate) fn enable_mr_cache(&mut self, bound: CacheBound, ring: Arc<ReleaseRing>) {
         self.handoff
-            .with_state_mut(|st| st.core.enable_mr_cache(limit, ring));
+            .with_state_mut(|st| st.core.enable_mr_cache(bound, ring));
     }
 
     /// The network rail's eager limit, in bytes.

@@ -3,6 +3,7 @@
 //! publishes and registers, and `rustofi_finalize`.
 
 use super::*;
+use crate::proto::CacheBound;
 
 /// The range rule of numeric parameter `name` (without the `mtl_rustofi_`
 /// prefix), for its help text; NULL if `name` is not in the table. The
@@ -71,6 +72,7 @@ pub unsafe extern "C" fn rustofi_init(
             shm: opt_str(cfg.shm),
             coalesce: cfg.coalesce,
             mr_cache_size: cfg.mr_cache_size,
+            mr_cache_bytes: cfg.mr_cache_bytes,
             stripe: cfg.stripe,
             stripe_min: cfg.stripe_min,
             send_queue_limit: cfg.send_queue_limit,
@@ -297,19 +299,49 @@ pub unsafe extern "C" fn rustofi_init(
     })
 }
 
+/// The host's physical memory in bytes and its online CPUs (at least 1
+/// each, should the system not say).
+fn host_memory_and_cpus() -> (usize, usize) {
+    // SAFETY: sysconf has no preconditions; it answers -1 for a name the
+    // system does not know, which the max below turns into 1.
+    let (pages, page, cpus) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+            libc::sysconf(libc::_SC_NPROCESSORS_ONLN),
+        )
+    };
+    let (pages, page, cpus) = (
+        pages.max(1) as usize,
+        page.max(1) as usize,
+        cpus.max(1) as usize,
+    );
+    (pages.saturating_mul(page), cpus)
+}
+
 /// Makes the opened engine the component's: registration cache, MPI_T
 /// variables, and the instance the MTL calls reach.
 fn install(mut engine: Engine, cfg: &RustofiConfig, cb: RustofiCallbacks) -> c_int {
     let verbose = engine.settings.verbose;
-    let cache = engine.settings.mr_cache;
-    if cache > 0 && cfg.mem_hooks {
-        engine.enable_mr_cache(cache, RELEASES.get_or_init(Default::default).clone());
+    let bound = CacheBound {
+        entries: engine.settings.mr_cache,
+        bytes: engine.settings.mr_cache_bytes.unwrap_or_else(|| {
+            let (mem, cpus) = host_memory_and_cpus();
+            crate::config::default_mr_cache_bytes(mem, cpus)
+        }),
+    };
+    if bound.entries > 0 && cfg.mem_hooks {
+        engine.enable_mr_cache(bound, RELEASES.get_or_init(Default::default).clone());
     }
     if verbose > 1 {
-        crate::log::info(&if cache == 0 {
+        crate::log::info(&if bound.entries == 0 {
             "rustofi: registration cache off (mtl_rustofi_mr_cache_size 0)".to_string()
         } else if cfg.mem_hooks {
-            format!("rustofi: registration cache on, {cache} unused registrations kept")
+            format!(
+                "rustofi: registration cache on, up to {} unused registrations of up to {} \
+                 bytes together kept",
+                bound.entries, bound.bytes
+            )
         } else {
             "rustofi: registration cache off: Open MPI's memory hooks do not report \
              munmap and free here, so a freed buffer could not be told apart; every \

@@ -73,7 +73,8 @@ pub const RUSTOFI_LAYOUT_CONFIG_STRIPE_MIN: usize = 168;
 pub const RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_LIMIT: usize = 176;
 pub const RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_TOTAL: usize = 184;
 pub const RUSTOFI_LAYOUT_CONFIG_PEER_TIMEOUT: usize = 192;
-pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 200;
+pub const RUSTOFI_LAYOUT_CONFIG_MR_CACHE_BYTES: usize = 200;
+pub const RUSTOFI_LAYOUT_CONFIG_SIZE: usize = 208;
 
 /// Asserts at compile time that `$ty` has size `$size` and each listed
 /// field has the given offset and size (every field must be listed: the
@@ -146,4 +147,5 @@ assert_layout!(RustofiConfig, size RUSTOFI_LAYOUT_CONFIG_SIZE, pad 28;
     send_queue_limit: i64 = RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_LIMIT,
     send_queue_total: i64 = RUSTOFI_LAYOUT_CONFIG_SEND_QUEUE_TOTAL,
     peer_timeout: i64 = RUSTOFI_LAYOUT_CONFIG_PEER_TIMEOUT,
+    mr_cache_bytes: i64 = RUSTOFI_LAYOUT_CONFIG_MR_CACHE_BYTES,
 );

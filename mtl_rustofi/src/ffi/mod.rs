@@ -77,6 +77,9 @@ pub struct RustofiConfig {
     /// Seconds within which operations waiting on a dead peer fail (0:
     /// never probe peers).
     pub peer_timeout: i64,
+    /// Most bytes the cache's unused registrations may cover (-1: the
+    /// host's memory divided by its CPUs).
+    pub mr_cache_bytes: i64,
 }
 
 /// Completion entry points of the shim.

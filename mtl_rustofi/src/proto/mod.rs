@@ -61,6 +61,7 @@ pub(crate) use action::{Access, Action, Event, Out, PostError, Posted, Status};
 pub(crate) use eager::{InlineSend, SendArgs, Sent};
 #[cfg(test)]
 pub(crate) use flow::OP_OVERHEAD;
+pub(crate) use mrcache::CacheBound;
 pub(crate) use recv::ProbeInfo;
 #[cfg(test)]
 pub(crate) use txq::RESENDS;

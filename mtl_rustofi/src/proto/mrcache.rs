@@ -5,7 +5,8 @@
 //! An entry is one registration (an [`MrId`]) of a rail, with its access
 //! and address range. A lookup serves any ready, valid entry of the same
 //! rail and access whose range covers the request. Entries in use carry a
-//! reference count; unused ones are kept up to a bound and evicted least
+//! reference count; unused ones are kept up to a bound (a number of
+//! registrations and a number of bytes, [`CacheBound`]) and evicted least
 //! recently used first. Memory returned to the system invalidates every
 //! entry on its pages: an unused one is released at once, one in use is
 //! marked stale (never served again) and released when its last transfer
@@ -45,17 +46,39 @@ pub(crate) struct Hit {
     pub(crate) region: Region,
 }
 
-pub(crate) struct MrCache {
+/// What the cache keeps of registrations no transfer uses. Both bounds
+/// hold at once: the count bounds the NIC's registrations (a limited
+/// resource on EFA), the bytes bound the user memory they keep pinned.
+/// Registrations in use are never counted against it nor evicted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CacheBound {
     /// Most unused registrations kept.
-    limit: usize,
+    pub(crate) entries: usize,
+    /// Most bytes of user memory the unused registrations may cover.
+    pub(crate) bytes: usize,
+}
+
+impl CacheBound {
+    /// A bound of `entries` registrations and no bound on their bytes.
+    #[cfg(test)]
+    pub(crate) fn entries(entries: usize) -> CacheBound {
+        CacheBound {
+            entries,
+            bytes: usize::MAX,
+        }
+    }
+}
+
+pub(crate) struct MrCache {
+    bound: CacheBound,
     entries: Vec<Entry>,
     clock: u64,
 }
 
 impl MrCache {
-    pub(crate) fn new(limit: usize) -> MrCache {
+    pub(crate) fn new(bound: CacheBound) -> MrCache {
         MrCache {
-            limit,
+            bound,
             entries: Vec::new(),
             clock: 0,
         }
@@ -138,18 +161,27 @@ impl MrCache {
         };
         let e = &mut self.entries[i];
         e.refs = e.refs.saturating_sub(1);
-        if e.refs == 0 && e.stale {
+        // A registration larger than the bytes bound could only be kept by
+        // evicting every other one, and would then be evicted itself.
+        if e.refs == 0 && (e.stale || e.region.len > self.bound.bytes) {
             drop.push(self.entries.swap_remove(i).mr);
         }
         self.evict(drop);
     }
 
-    /// Releases the least recently used unused registrations beyond the
-    /// bound.
+    /// Releases the least recently used unused registrations while those
+    /// left exceed either bound. (The entries are few, bounded by the
+    /// count and the transfers in flight: a scan is cheaper than an index.)
     fn evict(&mut self, drop: &mut Vec<MrId>) {
         loop {
-            let unused = self.entries.iter().filter(|e| e.refs == 0).count();
-            if unused <= self.limit {
+            let (unused, bytes) = self
+                .entries
+                .iter()
+                .filter(|e| e.refs == 0)
+                .fold((0usize, 0usize), |(n, b), e| {
+                    (n + 1, b.saturating_add(e.region.len))
+                });
+            if unused <= self.bound.entries && bytes <= self.bound.bytes {
                 return;
             }
             let (i, _) = self
@@ -214,7 +246,7 @@ mod tests {
 
     #[test]
     fn a_covering_registration_is_served() {
-        let mut c = MrCache::new(4);
+        let mut c = MrCache::new(CacheBound::entries(4));
         cached(&mut c, 1, reg(0x10000, 0x8000));
         let h = c
             .lookup(R0, Access::RemoteRead, reg(0x11000, 0x1000))
@@ -238,7 +270,7 @@ mod tests {
 
     #[test]
     fn a_pending_registration_is_not_served() {
-        let mut c = MrCache::new(4);
+        let mut c = MrCache::new(CacheBound::entries(4));
         c.insert(MrId(1), R0, Access::Send, reg(0x1000, 0x1000));
         assert!(c.lookup(R0, Access::Send, reg(0x1000, 0x1000)).is_none());
         c.registered(MrId(1), Ok(5));
@@ -250,7 +282,7 @@ mod tests {
 
     #[test]
     fn a_failed_registration_is_released_with_its_transfer() {
-        let mut c = MrCache::new(4);
+        let mut c = MrCache::new(CacheBound::entries(4));
         c.insert(MrId(1), R0, Access::Send, reg(0x1000, 0x1000));
         c.registered(MrId(1), Err(-12));
         assert!(c.lookup(R0, Access::Send, reg(0x1000, 0x10)).is_none());
@@ -262,7 +294,7 @@ mod tests {
 
     #[test]
     fn unused_registrations_beyond_the_bound_go_least_recent_first() {
-        let mut c = MrCache::new(2);
+        let mut c = MrCache::new(CacheBound::entries(2));
         cached(&mut c, 1, reg(0x10000, 0x1000));
         cached(&mut c, 2, reg(0x20000, 0x1000));
         // Use 1 again, so 2 is the least recent.
@@ -283,8 +315,39 @@ mod tests {
     }
 
     #[test]
+    fn unused_bytes_beyond_the_bound_go_least_recent_first() {
+        let mut c = MrCache::new(CacheBound {
+            entries: 8,
+            bytes: 0x3000,
+        });
+        cached(&mut c, 1, reg(0x10000, 0x1000));
+        cached(&mut c, 2, reg(0x20000, 0x2000));
+        assert_eq!(c.len(), 2, "0x3000 bytes: within the bound");
+        // 0x1000 more: the least recent (1) goes, 2 and 3 fit.
+        c.insert(MrId(3), R0, Access::RemoteRead, reg(0x30000, 0x1000));
+        c.registered(MrId(3), Ok(3));
+        let mut d = Vec::new();
+        c.release(MrId(3), &mut d);
+        assert_eq!(d, vec![MrId(1)]);
+        assert!(c.owns(MrId(2)) && c.owns(MrId(3)));
+        // A registration larger than the bound is not kept once unused;
+        // the smaller ones stay.
+        d.clear();
+        c.insert(MrId(4), R0, Access::RemoteRead, reg(0x40000, 0x4000));
+        c.registered(MrId(4), Ok(4));
+        assert!(c
+            .lookup(R0, Access::RemoteRead, reg(0x40000, 0x10))
+            .is_some());
+        c.release(MrId(4), &mut d);
+        assert!(d.is_empty(), "still in use by the lookup: {d:?}");
+        c.release(MrId(4), &mut d);
+        assert_eq!(d, vec![MrId(4)]);
+        assert_eq!(c.len(), 2);
+    }
+
+    #[test]
     fn entries_in_use_are_never_evicted() {
-        let mut c = MrCache::new(0);
+        let mut c = MrCache::new(CacheBound::entries(0));
         for i in 0..3 {
             c.insert(
                 MrId(i),
@@ -302,7 +365,7 @@ mod tests {
 
     #[test]
     fn invalidation_releases_unused_and_stales_entries_in_use() {
-        let mut c = MrCache::new(8);
+        let mut c = MrCache::new(CacheBound::entries(8));
         cached(&mut c, 1, reg(0x10000, 0x2000));
         c.insert(MrId(2), R0, Access::RemoteRead, reg(0x20010, 0x100));
         c.registered(MrId(2), Ok(2));
@@ -326,7 +389,7 @@ mod tests {
 
     #[test]
     fn invalidating_everything_after_an_overflow() {
-        let mut c = MrCache::new(8);
+        let mut c = MrCache::new(CacheBound::entries(8));
         cached(&mut c, 1, reg(0x10000, 0x2000));
         c.insert(MrId(2), R0, Access::Send, reg(0x80000, 0x100));
         c.registered(MrId(2), Ok(2));

@@ -9,7 +9,7 @@
 
 use super::action::{Access, Out};
 use super::ids::{MrId, RailId};
-use super::mrcache::MrCache;
+use super::mrcache::{CacheBound, MrCache};
 use super::txq::MrUse;
 use super::{Core, Stats};
 use crate::memrelease::{Drained, ReleaseRing};
@@ -47,11 +47,11 @@ pub(super) enum UserMr {
 }
 
 impl Core {
-    /// Keeps up to `limit` unused registrations of user buffers, invalidated
-    /// through the notices pushed on `ring`.
-    pub(crate) fn enable_mr_cache(&mut self, limit: usize, ring: Arc<ReleaseRing>) {
+    /// Keeps unused registrations of user buffers within `bound`,
+    /// invalidated through the notices pushed on `ring`.
+    pub(crate) fn enable_mr_cache(&mut self, bound: CacheBound, ring: Arc<ReleaseRing>) {
         self.mr_cache = Some(Cached {
-            cache: MrCache::new(limit),
+            cache: MrCache::new(bound),
             ring,
             drop: Vec::new(),
         });

@@ -9,7 +9,7 @@ use crate::config::Fault;
 use crate::matching::PostId;
 use crate::memrelease::ReleaseRing;
 use crate::proto::ids::{FiAddr, MrId, OpId, PeerId, RailId, RxSlot};
-use crate::proto::{Access, Action, Core, CoreConfig, Event, Out, ProbeInfo, Stats};
+use crate::proto::{Access, Action, CacheBound, Core, CoreConfig, Event, Out, ProbeInfo, Stats};
 use crate::usermem::Region;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
@@ -461,7 +461,7 @@ impl World {
             // eviction happens.
             let ring = mrng.chance(800).then(|| Arc::new(ReleaseRing::new()));
             if let Some(r) = &ring {
-                core.enable_mr_cache(mrng.usize(0, 4), r.clone());
+                core.enable_mr_cache(CacheBound::entries(mrng.usize(0, 4)), r.clone());
             }
             let mut peer_of = vec![None; n];
             for (j, p) in peer_of.iter_mut().enumerate() {

@@ -1,5 +1,5 @@
 //! Directed cases for the registration cache: a hit, eviction at the
-//! bound, invalidation of a registration in use, and a release ring that
+//! bound of registrations and at the bound of bytes, invalidation of a registration in use, and a release ring that
 //! overflowed. Node 0 sends rendezvous messages to node 1 from buffers
 //! chosen per message; the counts of registrations made and served from
 //! the cache are checked on top of the simulator's usual checks (every
@@ -13,7 +13,7 @@ use super::rng::Rng;
 use super::workload::{Cmd, ConsumerKind, MsgSpec, Plan};
 use super::Faults;
 use crate::memrelease::{ReleaseRing, RING_SLOTS};
-use crate::proto::Stats;
+use crate::proto::{CacheBound, Stats};
 use crate::wire::Kind;
 use std::sync::Arc;
 
@@ -35,14 +35,15 @@ enum OnFirstRts {
 }
 
 /// Node 0 sends one rendezvous per entry of `at` (time), message `i`
-/// reusing the buffer of message `reuse[i]` where given; node 0 caches
-/// up to `limit` unused registrations. Returns node 0's (mr_reg, mr_hits,
-/// registrations cached when the run went quiet).
+/// reusing the buffer of message `reuse[i]` where given; node 0 keeps
+/// unused registrations within the bound `bound` makes of the messages'
+/// length. Returns node 0's (mr_reg, mr_hits, registrations cached when
+/// the run went quiet).
 fn run(
     profile: &str,
     at: &[u64],
     reuse: &[Option<usize>],
-    limit: usize,
+    bound: impl Fn(usize) -> CacheBound,
     on_rts: OnFirstRts,
 ) -> (u64, u64, usize) {
     let rails = profile_set(profile).expect("known profile");
@@ -81,7 +82,7 @@ fn run(
         }
     }
     let ring = Arc::new(ReleaseRing::new());
-    w.nodes[0].core.enable_mr_cache(limit, ring.clone());
+    w.nodes[0].core.enable_mr_cache(bound(len), ring.clone());
     w.nodes[0].ring = Some(ring.clone());
     let mut fired = false;
     w.hook = Some(Box::new(move |i| {
@@ -105,13 +106,18 @@ fn run(
     )
 }
 
+/// A bound of `n` registrations, bytes unbounded.
+fn entries(n: usize) -> impl Fn(usize) -> CacheBound {
+    move |_| CacheBound::entries(n)
+}
+
 #[test]
 fn sim_mrcache_hit() {
     for p in PROFILES {
         let at = [0, APART, 2 * APART, 3 * APART];
         let reuse = [None, Some(0), Some(1), Some(2)];
         assert_eq!(
-            run(p, &at, &reuse, 4, OnFirstRts::Nothing),
+            run(p, &at, &reuse, entries(4), OnFirstRts::Nothing),
             (1, 3, 1),
             "{p}"
         );
@@ -125,20 +131,53 @@ fn sim_mrcache_eviction_at_the_bound() {
         let at = [0, APART, 2 * APART, 3 * APART];
         let reuse = [None, None, Some(0), Some(1)];
         assert_eq!(
-            run(p, &at, &reuse, 2, OnFirstRts::Nothing),
+            run(p, &at, &reuse, entries(2), OnFirstRts::Nothing),
             (2, 2, 2),
             "{p}: bound 2"
         );
         // With one unused registration kept, B's evicts A's and back.
         assert_eq!(
-            run(p, &at, &reuse, 1, OnFirstRts::Nothing),
+            run(p, &at, &reuse, entries(1), OnFirstRts::Nothing),
             (4, 0, 1),
             "{p}: bound 1"
         );
         assert_eq!(
-            run(p, &at, &reuse, 0, OnFirstRts::Nothing),
+            run(p, &at, &reuse, entries(0), OnFirstRts::Nothing),
             (4, 0, 0),
             "{p}: bound 0"
+        );
+    }
+}
+
+/// The bytes bound evicts as the count does: with room for one buffer's
+/// registration (a message's length and a half; a registration covers the
+/// buffer, as `Region` of the user's bytes), B's evicts A's and back; with
+/// room for none, nothing stays, as with a bound of 0 registrations.
+#[test]
+fn sim_mrcache_eviction_at_the_bytes_bound() {
+    for p in PROFILES {
+        let at = [0, APART, 2 * APART, 3 * APART];
+        let reuse = [None, None, Some(0), Some(1)];
+        let bytes = |num: usize, den: usize| {
+            move |len: usize| CacheBound {
+                entries: 8,
+                bytes: len * num / den,
+            }
+        };
+        assert_eq!(
+            run(p, &at, &reuse, bytes(2, 1), OnFirstRts::Nothing),
+            (2, 2, 2),
+            "{p}: room for both"
+        );
+        assert_eq!(
+            run(p, &at, &reuse, bytes(3, 2), OnFirstRts::Nothing),
+            (4, 0, 1),
+            "{p}: room for one"
+        );
+        assert_eq!(
+            run(p, &at, &reuse, bytes(1, 2), OnFirstRts::Nothing),
+            (4, 0, 0),
+            "{p}: room for none"
         );
     }
 }
@@ -154,11 +193,11 @@ fn invalidated_in_use(on_rts: OnFirstRts) {
         let at = [0, 10, APART];
         let reuse = [None, None, Some(0)];
         assert_eq!(
-            run(p, &at, &reuse, 4, OnFirstRts::Nothing),
+            run(p, &at, &reuse, entries(4), OnFirstRts::Nothing),
             (2, 1, 2),
             "{p}: baseline"
         );
-        assert_eq!(run(p, &at, &reuse, 4, on_rts), (3, 0, 2), "{p}");
+        assert_eq!(run(p, &at, &reuse, entries(4), on_rts), (3, 0, 2), "{p}");
     }
 }
 
