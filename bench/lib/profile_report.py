@@ -422,7 +422,9 @@ def main():
                 grp[group(k[0])] += v
                 if obshort(k[0]).startswith("mca_mtl_rustofi"):
                     f = d.files.get(k) or ""
-                    sub["shim" if "/shim/rustofi_" in f or f.startswith("rustofi_") and f.endswith((".c", ".h")) else "engine"] += v
+                    # the C shim's files: shim/rustofi_*.c and .h
+                    shim = os.path.basename(f).startswith("rustofi_") and f.endswith((".c", ".h"))
+                    sub["shim" if shim else "engine"] += v
             res["fnet"], res["groups"], res["rustofi_split"] = fnet, grp, sub
             c = load(find(cfg, size, 3 * n))
             if c is not None:  # linearity: a 3N run of the same configuration and size
