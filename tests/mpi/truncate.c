@@ -8,6 +8,8 @@
  *   1 MiB   -> 1000     rendezvous, receive buffer below the eager limit
  *   300000  -> 100000   rendezvous into a rendezvous-size buffer
  *   10      -> 0        zero-byte receive
+ *   1 MiB   -> 0        rendezvous into a zero-byte receive (a grant of
+ *                       nothing under the message rendezvous)
  * each with MPI_Recv, and the first two also with Irecv+Wait and
  * Irecv+Waitall.  The return code must be of class MPI_ERR_TRUNCATE
  * (MPI_ERR_IN_STATUS for Waitall); status.MPI_ERROR must be MPI_ERR_TRUNCATE
@@ -36,6 +38,7 @@ static const struct tcase cases[] = {
     {1 * MIB, 1000, USE_RECV},
     {300000, 100000, USE_RECV},
     {10, 0, USE_RECV},
+    {1 * MIB, 0, USE_RECV},
     {1000, 100, USE_WAIT},
     {1 * MIB, 1000, USE_WAIT},
     {1000, 100, USE_WAITALL},

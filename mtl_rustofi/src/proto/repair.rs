@@ -30,10 +30,15 @@
 //! repair each interval, which costs a few small packets and duplicates
 //! it drops. One warning per transfer; `rndv_repairs` counts every round.
 //!
-//! Not made good: a FIN answered this way says the transfer ended, not
-//! how, so a failed receive whose failed FIN was lost completes the send
-//! as sent; and a grant of nothing (a receive of zero bytes) that is lost
-//! leaves its sender waiting, since the receiver keeps no record of it.
+//! The answering FIN says how the transfer ended: the receiver keeps the
+//! last [`FAILED_KEPT`] of its message rendezvous that failed, so that a
+//! failed receive whose failed FIN was lost fails its send too, instead
+//! of completing it as sent. A receive that failed longer ago than that
+//! many failures is answered as done; by then the sender has asked for
+//! its FIN every interval since the failure, so that takes as many
+//! failures in one interval. A grant of nothing has an empty data packet
+//! and a FIN of its own (`proto/rndv_msg.rs`), so its loss is repaired
+//! like any grant's.
 
 use super::action::Out;
 use super::ids::{Cookie, PeerId, RndvId};
@@ -41,16 +46,33 @@ use super::peers::has;
 use super::rndv::SendState;
 use super::{Core, Stats};
 use crate::wire::{self, Header, Kind};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Time without progress before a message rendezvous is repaired: far
 /// beyond a round trip, short beside a job's patience.
 pub(crate) const REPAIR_AFTER: Duration = Duration::from_secs(1);
 
-/// The clock of the repair rounds.
+/// Failed message rendezvous a receiver remembers (see the module
+/// documentation): a few kilobytes.
+pub(crate) const FAILED_KEPT: usize = 256;
+
+/// A message rendezvous that failed at its receiver: its sender, slot and
+/// token, as a sender's question names them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FailedTransfer {
+    peer: PeerId,
+    slot: RndvId,
+    token: u64,
+}
+
+/// The clock of the repair rounds, and the failures they may be asked
+/// about.
 pub(super) struct RepairClock {
     after: Duration,
     next_round: Duration,
+    /// The last [`FAILED_KEPT`] failed receives, oldest first.
+    failed: VecDeque<FailedTransfer>,
 }
 
 impl Default for RepairClock {
@@ -58,7 +80,25 @@ impl Default for RepairClock {
         RepairClock {
             after: REPAIR_AFTER,
             next_round: Duration::ZERO,
+            failed: VecDeque::new(),
         }
+    }
+}
+
+impl RepairClock {
+    /// Remembers that the receive in `slot` with `token` from `peer`
+    /// failed.
+    pub(super) fn note_failed(&mut self, peer: PeerId, slot: RndvId, token: u64) {
+        if self.failed.len() == FAILED_KEPT {
+            self.failed.pop_front();
+        }
+        self.failed.push_back(FailedTransfer { peer, slot, token });
+    }
+
+    /// Whether that receive failed (as far as the record reaches back).
+    fn failed(&self, peer: PeerId, slot: RndvId, token: u64) -> bool {
+        let t = FailedTransfer { peer, slot, token };
+        self.failed.iter().rev().any(|&f| f == t)
     }
 }
 
@@ -239,7 +279,7 @@ impl Core {
 
     /// The sender asks whether its transfer is done: the receiver asks
     /// for what is missing, or answers with the FIN when the transfer is
-    /// no longer pending here.
+    /// no longer pending here (failed, if it is a failure on record).
     pub(super) fn on_fin_asked(&mut self, peer: PeerId, hdr: &Header, out: &mut Out) {
         let id = RndvId(hdr.ctx);
         let pending = self
@@ -255,9 +295,11 @@ impl Core {
                 // Marked as the answer (a plain FIN's length is 0): a
                 // duplicate, after the FIN itself or an earlier answer,
                 // is dropped without an error.
+                let failed = self.repair.failed(peer, id, hdr.len);
                 let mut fin = self.header(Kind::Fin);
                 fin.cookie = hdr.cookie;
                 fin.len = hdr.len;
+                fin.status = failed as u32;
                 self.send_ctrl(peer, &fin, out);
             }
             None => {}
@@ -298,7 +340,8 @@ pub(super) fn is_repair(hdr: &Header) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::Still;
+    use super::{RepairClock, Still, FAILED_KEPT};
+    use crate::proto::ids::{PeerId, RndvId};
     use std::time::Duration;
 
     const S: Duration = Duration::from_secs(1);
@@ -327,5 +370,19 @@ mod tests {
         // Rounds far apart (a process that polls seldom) still fire.
         assert!(w.due(2, ms(9000), S));
         assert!(!w.due(3, ms(20000), S), "it moved");
+    }
+
+    #[test]
+    fn the_failure_record_keeps_the_last_ones() {
+        let mut c = RepairClock::default();
+        let (a, b) = (PeerId(1), PeerId(2));
+        for i in 0..=FAILED_KEPT as u32 {
+            c.note_failed(a, RndvId(i), 7);
+        }
+        assert!(!c.failed(a, RndvId(0), 7), "the oldest is forgotten");
+        assert!(c.failed(a, RndvId(1), 7));
+        assert!(c.failed(a, RndvId(FAILED_KEPT as u32), 7));
+        assert!(!c.failed(a, RndvId(1), 8), "another token");
+        assert!(!c.failed(b, RndvId(1), 7), "another peer");
     }
 }

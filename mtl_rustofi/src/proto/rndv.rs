@@ -590,7 +590,8 @@ impl Core {
 
     /// Sends the CTS that grants `want` bytes in pieces of `chunk` (the
     /// send and message protocols; `cts` carries what is particular to
-    /// each); a grant of nothing ends the receive at once.
+    /// each); a grant of nothing ends a receive of the send protocol at
+    /// once (one of the message protocol waits for its empty piece).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn send_grant(
         &mut self,
@@ -606,7 +607,7 @@ impl Core {
         cts.ext1 = want as u64;
         cts.len = chunk as u64;
         self.send_ctrl(peer, &cts, out);
-        if want == 0 {
+        if want == 0 && self.rndv_recv.get(id).is_some_and(|r| r.msg.is_none()) {
             self.finish_rndv_recv(id, out);
         }
     }
@@ -627,9 +628,13 @@ impl Core {
         // The sender waits for a FIN: before our CTS, after a read, and
         // after a message rendezvous of anything that it was not told
         // about already.
-        let awaits_fin = r.read || !r.cts_sent || (r.msg.is_some() && r.want > 0 && !r.abort_sent);
+        let awaits_fin = r.read || !r.cts_sent || (r.msg.is_some() && !r.abort_sent);
         if awaits_fin && !self.peers[r.peer.index()].lost {
             self.send_fin(r.peer, r.cookie.0, r.failed, out);
+        }
+        if r.failed && r.msg.is_some() && r.cts_sent {
+            // Its sender may ask after the failed FIN (`proto/repair.rs`).
+            self.repair.note_failed(r.peer, id, r.tag_base);
         }
         let status = if r.failed {
             Status::Failed

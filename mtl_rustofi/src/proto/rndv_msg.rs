@@ -22,6 +22,11 @@
 //! good loses its peer, like any packet. A packet lost whole (refused as
 //! malformed) stalls the transfer until [`super::repair`] asks again.
 //!
+//! A grant of nothing (a receive of zero bytes) is answered with one
+//! empty data packet and ends with the FIN like any other, so that a grant
+//! lost on the way is repaired: a receive that ended with its grant left
+//! no one to send it again.
+//!
 //! Nothing is registered: the data moves through the bounce buffers, which
 //! suits providers whose messages are limited to about an MTU and which
 //! want FI_MR_LOCAL. Receive buffers are not reserved per transfer: a packet
@@ -47,6 +52,8 @@ pub(super) struct MsgSend {
     chunk: usize,
     pub(super) slot: u32,
     pub(super) token: u64,
+    /// The first piece went out (a grant of nothing has one, empty).
+    first_out: bool,
     /// Offsets of packets the receiver asked for again, sent before new
     /// ones, and whether a repair asked (the piece may arrive twice).
     resend: Vec<(usize, bool)>,
@@ -64,8 +71,25 @@ pub(super) struct MsgSend {
 impl MsgSend {
     /// Every granted byte went out and nothing waits to be sent again.
     pub(super) fn all_sent(&self) -> bool {
-        self.next_off >= self.grant && self.resend.is_empty()
+        !self.new_piece_left() && self.resend.is_empty()
     }
+
+    /// A piece not yet sent at all remains.
+    fn new_piece_left(&self) -> bool {
+        self.next_off < self.grant || !self.first_out
+    }
+
+    /// Whether the piece at `off` went out once (the one of a grant of
+    /// nothing is at 0).
+    fn was_sent(&self, off: usize) -> bool {
+        off < self.next_off || (off == 0 && self.first_out)
+    }
+}
+
+/// Pieces of a grant of `want` bytes in packets of `chunk`: a grant of
+/// nothing has one, empty.
+fn pieces(want: usize, chunk: usize) -> usize {
+    want.div_ceil(chunk).max(1)
 }
 
 /// Receiver's record of the data packets that arrived.
@@ -94,8 +118,7 @@ impl MsgRecv {
 
     /// Offsets of the first `max` pieces of `want` bytes not yet arrived.
     pub(super) fn missing(&self, want: usize, max: usize) -> Vec<usize> {
-        let pieces = want.div_ceil(self.chunk);
-        (0..pieces)
+        (0..pieces(want, self.chunk))
             .filter(|&p| self.seen[p / 64] & (1u64 << (p % 64)) == 0)
             .take(max)
             .map(|p| p * self.chunk)
@@ -128,7 +151,7 @@ impl Core {
         r.msg = Some(MsgRecv {
             chunk,
             got: 0,
-            seen: vec![0; want.div_ceil(chunk).div_ceil(64)],
+            seen: vec![0; pieces(want, chunk).div_ceil(64)],
             still: Still::default(),
             repaired: false,
             asked: 0,
@@ -183,10 +206,9 @@ impl Core {
             chunk,
             slot: hdr.ctx,
             token: hdr.ext0,
+            first_out: false,
             resend: Vec::new(),
-            // A grant of nothing is complete at the receiver at once; it
-            // sends no FIN.
-            acked: grant == 0,
+            acked: false,
             moves: 0,
             asked_fin: false,
             still: Still::default(),
@@ -226,11 +248,12 @@ impl Core {
             // Overtaken by the FIN (or a duplicate): every byte arrived.
             return;
         }
-        if repair && off.is_multiple_of(m.chunk) && off >= m.next_off && off < m.grant {
+        let sent = m.was_sent(off);
+        if repair && off.is_multiple_of(m.chunk) && !sent && off < m.grant.max(1) {
             // Not sent yet: it goes out in its turn.
             return;
         }
-        if !off.is_multiple_of(m.chunk) || off >= m.next_off {
+        if !off.is_multiple_of(m.chunk) || !sent {
             let chunk = m.chunk;
             self.count_error();
             self.error(&format!(
@@ -266,8 +289,7 @@ impl Core {
             let Some(m) = s.msg.as_mut() else {
                 return;
             };
-            if s.failed || (m.resend.is_empty() && m.next_off >= m.grant) || s.outstanding >= WINDOW
-            {
+            if s.failed || m.all_sent() || s.outstanding >= WINDOW {
                 break;
             }
             let (off, again) = match m.resend.pop() {
@@ -275,6 +297,7 @@ impl Core {
                 None => {
                     let off = m.next_off;
                     m.next_off += (m.grant - off).min(m.chunk);
+                    m.first_out = true;
                     (off, false)
                 }
             };
@@ -347,7 +370,7 @@ impl Core {
         let off = hdr.ext0 as usize;
         let piece = off / m.chunk;
         let fits = off.is_multiple_of(m.chunk)
-            && off < r.want
+            && off < r.want.max(1)
             && payload.len() == (r.want - off).min(m.chunk);
         if !fits {
             let why = format!(
@@ -395,7 +418,7 @@ impl Core {
             return false;
         };
         let (off, chunk) = (hdr.ext0 as usize, m.chunk);
-        if !off.is_multiple_of(chunk) || off >= want {
+        if !off.is_multiple_of(chunk) || off >= want.max(1) {
             return false;
         }
         if m.seen(off / chunk, false) {

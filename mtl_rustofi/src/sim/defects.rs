@@ -40,6 +40,18 @@ pub(super) fn directed(
     directed_with(profile, specs, allow_unmatched, Vec::new(), hook)
 }
 
+/// [`directed`], with receive buffers of the lengths `buf_lens` (one per
+/// message, in order) instead of each message's.
+pub(super) fn directed_into(
+    profile: &str,
+    specs: Vec<MsgSpec>,
+    buf_lens: Vec<usize>,
+    hook: impl FnMut(&PostInfo) -> Inject + 'static,
+) -> World {
+    assert_eq!(specs.len(), buf_lens.len(), "one buffer per message");
+    directed_plan(profile, specs, Some(buf_lens), false, Vec::new(), hook)
+}
+
 /// [`directed`], with the core's own fault injection on some nodes.
 fn directed_with(
     profile: &str,
@@ -48,10 +60,22 @@ fn directed_with(
     core_faults: Vec<(usize, Fault)>,
     hook: impl FnMut(&PostInfo) -> Inject + 'static,
 ) -> World {
+    directed_plan(profile, specs, None, allow_unmatched, core_faults, hook)
+}
+
+fn directed_plan(
+    profile: &str,
+    specs: Vec<MsgSpec>,
+    buf_lens: Option<Vec<usize>>,
+    allow_unmatched: bool,
+    core_faults: Vec<(usize, Fault)>,
+    hook: impl FnMut(&PostInfo) -> Inject + 'static,
+) -> World {
     let rails = profile_set(profile).expect("known profile");
     let nodes = specs.iter().map(|s| s.from.max(s.to)).max().unwrap_or(1) + 1;
     let mut plan = Plan::explicit(nodes, &rails, specs, &mut Rng::new(1), 1_000);
-    let lens: Vec<usize> = plan.msgs.iter().map(|m| m.spec.len).collect();
+    let lens: Vec<usize> =
+        buf_lens.unwrap_or_else(|| plan.msgs.iter().map(|m| m.spec.len).collect());
     for (c, len) in plan.consumers.iter_mut().zip(lens) {
         c.kind = ConsumerKind::Recv;
         c.buf_len = len;

@@ -280,6 +280,17 @@ impl World {
                     // refuses it as malformed, and what it carried is lost.
                     pkt.truncate(GARBLED_LEN);
                 }
+                if inj == Inject::Misplaced {
+                    let (mut hdr, _) = crate::wire::Header::decode_prefix(&pkt)
+                        .unwrap_or_else(|_| self.fail("a misplaced packet has no header"));
+                    hdr.ext0 += 1;
+                    let at = hdr.wire_len();
+                    assert_eq!(
+                        hdr.encode(&mut pkt[..at]),
+                        at,
+                        "the header keeps its length"
+                    );
+                }
                 if inject {
                     let limit = self.rails.profiles[r].inject_size;
                     if payload.is_some() || pkt.len() > limit {

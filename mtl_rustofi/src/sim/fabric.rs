@@ -64,6 +64,10 @@ pub(crate) enum Inject {
     /// Accept and complete it, but deliver it cut short (a receive
     /// completed with a length the packet never had): lost whole.
     Garbled,
+    /// Accept and complete it, but deliver it with its header's `ext0`
+    /// (a data packet's offset) one higher: a packet whose contents are
+    /// wrong, which fails a message rendezvous's receive.
+    Misplaced,
 }
 
 /// What became of a post.

@@ -99,9 +99,11 @@ impl World {
                 Fate::Hard
             }
             Inject::CqError => Fate::Posted(true),
-            Inject::Normal | Inject::Clean | Inject::Damaged | Inject::Garbled => {
-                Fate::Posted(false)
-            }
+            Inject::Normal
+            | Inject::Clean
+            | Inject::Damaged
+            | Inject::Garbled
+            | Inject::Misplaced => Fate::Posted(false),
         }
     }
 }

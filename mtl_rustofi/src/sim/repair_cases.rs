@@ -2,14 +2,15 @@
 //! (`proto/repair.rs`): a grant, a data packet, a request for one or the
 //! FIN arrives cut short (refused as malformed, lost whole), and the
 //! repair on the engine's clock still brings both messages through, on
-//! every profile that uses that rendezvous.
+//! every profile that uses that rendezvous; a lost grant of nothing is
+//! granted again, and a lost failed FIN is answered as failed.
 
 #![cfg(test)]
 
-use super::defects::{assert_delivered, directed, msg};
-use super::fabric::{Inject, PostInfo, PostKind};
+use super::defects::{assert_delivered, directed, directed_into, msg, recv_status, send_status};
+use super::fabric::{Inject, PostInfo, PostKind, World};
 use super::profiles::profile_set;
-use crate::proto::Stats;
+use crate::proto::{Stats, Status};
 use crate::wire::Kind;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -101,4 +102,109 @@ fn sim_repair_lost_resend_request() {
         Some(Kind::Cts) if i.node == 1 && n == 2 => Inject::Garbled,
         _ => Inject::Clean,
     });
+}
+
+/// Counts the send posts of `kind` from `node` and gives the `n`th (from
+/// 1) the fate `inj`; `hit` counts the posts so treated.
+fn nth(
+    kind: Kind,
+    node: usize,
+    n: u32,
+    inj: Inject,
+) -> (impl FnMut(&PostInfo) -> Inject, Rc<Cell<u32>>) {
+    let seen = Rc::new(Cell::new(0u32));
+    let hit = Rc::new(Cell::new(0u32));
+    let (s, h) = (seen.clone(), hit.clone());
+    let hook = move |i: &PostInfo| {
+        if i.kind != PostKind::Send || i.node != node || i.packet != Some(kind) {
+            return Inject::Clean;
+        }
+        s.set(s.get() + 1);
+        if s.get() != n {
+            return Inject::Clean;
+        }
+        h.set(h.get() + 1);
+        inj
+    };
+    (hook, hit)
+}
+
+fn repairs(w: &World, node: usize) -> u64 {
+    Stats::get(&w.nodes[node].stats.rndv_repairs)
+}
+
+/// A receive of zero bytes matches a message rendezvous and its grant of
+/// nothing is lost: the receiver grants again and the sender answers with
+/// the transfer's one empty piece; the receive ends truncated, the send
+/// as sent, and the eager message behind them arrives. (When the receive
+/// ended with its grant, the sender waited for ever.)
+#[test]
+fn sim_repair_lost_grant_of_nothing() {
+    for profile in MSG_PROFILES {
+        let p = &profile_set(profile).expect("known").profiles[0];
+        let specs = vec![
+            msg(0, 1, 0, 4 * p.eager_limit + 7, false),
+            msg(0, 1, 1, 10, false),
+        ];
+        let (hook, lost) = nth(Kind::Cts, 1, 1, Inject::Garbled);
+        let w = directed_into(profile, specs, vec![0, 10], hook);
+        let ctx = format!("{profile}/grant of nothing");
+        assert_eq!(lost.get(), 1, "{ctx}: the grant was lost");
+        assert!(repairs(&w, 1) > 0, "{ctx}: the receiver made no repair");
+        assert_eq!(recv_status(&w, 0), Some(Status::Truncated), "{ctx}");
+        assert_eq!(send_status(&w, 0), Some(Status::Ok), "{ctx}");
+        assert_delivered(&w, 1..2, &ctx);
+    }
+}
+
+/// A grant of nothing that is not lost: one empty piece and the FIN, no
+/// repair, no error.
+#[test]
+fn sim_grant_of_nothing_ends_with_its_fin() {
+    for profile in MSG_PROFILES {
+        let p = &profile_set(profile).expect("known").profiles[0];
+        let specs = vec![
+            msg(0, 1, 0, 4 * p.eager_limit + 7, false),
+            msg(0, 1, 1, 10, false),
+        ];
+        let (hook, _) = nth(Kind::Data, 0, 1, Inject::Clean);
+        let w = directed_into(profile, specs, vec![0, 10], hook);
+        let ctx = format!("{profile}/grant of nothing");
+        assert_eq!(recv_status(&w, 0), Some(Status::Truncated), "{ctx}");
+        assert_eq!(send_status(&w, 0), Some(Status::Ok), "{ctx}");
+        assert_delivered(&w, 1..2, &ctx);
+        for n in 0..2 {
+            assert_eq!(repairs(&w, n), 0, "{ctx}: node {n} repaired");
+            assert_eq!(Stats::get(&w.nodes[n].stats.errors), 0, "{ctx}: node {n}");
+        }
+    }
+}
+
+/// A data packet arrives misplaced, which fails the receive, and the
+/// receiver's failed FIN is lost: the sender, all sent, asks, and the
+/// receiver answers from its record that the transfer failed. The send
+/// fails as the receive did. (Answered as done, it completed as sent.)
+#[test]
+fn sim_repair_lost_failed_fin() {
+    for profile in MSG_PROFILES {
+        let p = &profile_set(profile).expect("known").profiles[0];
+        let specs = vec![
+            msg(0, 1, 0, 40 * p.eager_limit + 7, false),
+            msg(0, 1, 1, 10, false),
+        ];
+        let (misplace, misplaced) = nth(Kind::Data, 0, 3, Inject::Misplaced);
+        let (lose_fin, lost) = nth(Kind::Fin, 1, 1, Inject::Garbled);
+        let (mut misplace, mut lose_fin) = (misplace, lose_fin);
+        let w = directed(profile, specs, false, move |i| match i.packet {
+            Some(Kind::Data) => misplace(i),
+            Some(Kind::Fin) => lose_fin(i),
+            _ => Inject::Clean,
+        });
+        let ctx = format!("{profile}/failed fin");
+        assert_eq!((misplaced.get(), lost.get()), (1, 1), "{ctx}: faults");
+        assert!(repairs(&w, 0) > 0, "{ctx}: the sender did not ask");
+        assert_eq!(recv_status(&w, 0), Some(Status::Failed), "{ctx}");
+        assert_eq!(send_status(&w, 0), Some(Status::Failed), "{ctx}");
+        assert_delivered(&w, 1..2, &ctx);
+    }
 }
