@@ -33,12 +33,11 @@
 //! The answering FIN says how the transfer ended: the receiver keeps the
 //! last [`FAILED_KEPT`] of its message rendezvous that failed, so that a
 //! failed receive whose failed FIN was lost fails its send too, instead
-//! of completing it as sent. A receive that failed longer ago than that
-//! many failures is answered as done; by then the sender has asked for
-//! its FIN every interval since the failure, so that takes as many
-//! failures in one interval. A grant of nothing has an empty data packet
-//! and a FIN of its own (`proto/rndv_msg.rs`), so its loss is repaired
-//! like any grant's.
+//! of completing it as sent. Older failures are forgotten and answered
+//! as done: that takes as many failures at one receiver between a failure
+//! and its sender's first question, an interval later. A grant of
+//! nothing has an empty data packet and a FIN of its own
+//! (`proto/rndv_msg.rs`), so its loss is repaired like any grant's.
 
 use super::action::Out;
 use super::ids::{Cookie, PeerId, RndvId};
