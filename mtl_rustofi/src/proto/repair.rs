@@ -26,9 +26,10 @@
 //! error (the answering FIN carries the token in its length field, which
 //! a plain FIN leaves 0). The round comes after the completion queues are
 //! read, so what arrived while the process was away from MPI counts as
-//! progress before it is judged; a peer that is itself away gets a
-//! repair each interval, which costs a few small packets and duplicates
-//! it drops. One warning per transfer; `rndv_repairs` counts every round.
+//! progress before it is judged; a peer that is itself away gets the
+//! repairs of a transfer one, two, four and then every eight intervals
+//! ([`BACKOFF_STEPS`]), a few small packets each, duplicates it drops.
+//! One warning per transfer; `rndv_repairs` counts every round.
 //!
 //! The answering FIN says how the transfer ended: the receiver keeps the
 //! last [`FAILED_KEPT`] of its message rendezvous that failed, so that a
@@ -101,6 +102,13 @@ impl RepairClock {
     }
 }
 
+/// Repairs of a transfer that stays still after them come one interval,
+/// then two, four and eight intervals apart: a peer away from MPI for
+/// minutes (computing) gets a few packets per transfer every eight
+/// seconds, not every second, and the first repair after any progress
+/// comes one interval after it again.
+const BACKOFF_STEPS: u32 = 3;
+
 /// A transfer's progress as the repair rounds last saw it.
 #[derive(Default)]
 pub(super) struct Still {
@@ -108,24 +116,29 @@ pub(super) struct Still {
     mark: u64,
     /// When it last changed (or the watch last started or fired).
     since: Option<Duration>,
+    /// Repairs since it last moved.
+    fired: u32,
 }
 
 impl Still {
-    /// Whether `count` stood still for `after` up to `now`; when it did,
-    /// the wait starts again (one repair per interval).
+    /// Whether `count` stood still for `after` (doubled for each repair
+    /// since it last moved, up to [`BACKOFF_STEPS`] times) up to `now`;
+    /// when it did, the wait starts again.
     fn due(&mut self, count: u64, now: Duration, after: Duration) -> bool {
         let since = match self.since {
             Some(s) if count == self.mark => s,
             _ => {
                 self.mark = count;
                 self.since = Some(now);
+                self.fired = 0;
                 return false;
             }
         };
-        if now.saturating_sub(since) < after {
+        if now.saturating_sub(since) < after * (1 << self.fired.min(BACKOFF_STEPS)) {
             return false;
         }
         self.since = Some(now);
+        self.fired += 1;
         true
     }
 }
@@ -350,17 +363,23 @@ mod tests {
     }
 
     #[test]
-    fn a_watch_fires_once_per_interval_of_standing_still() {
+    fn a_watch_fires_at_one_two_four_then_eight_intervals_of_standing_still() {
         let mut w = Still::default();
         assert!(!w.due(5, ms(0), S), "the first look only starts it");
         assert!(!w.due(5, ms(900), S));
         assert!(w.due(5, ms(1000), S), "still for the interval");
         assert!(!w.due(5, ms(1500), S), "the wait starts again");
-        assert!(w.due(5, ms(2000), S));
+        assert!(!w.due(5, ms(2999), S), "and is twice as long");
+        assert!(w.due(5, ms(3000), S));
+        assert!(!w.due(5, ms(6999), S));
+        assert!(w.due(5, ms(7000), S), "four intervals");
+        assert!(w.due(5, ms(15000), S), "eight");
+        assert!(!w.due(5, ms(22999), S));
+        assert!(w.due(5, ms(23000), S), "and no longer than eight");
     }
 
     #[test]
-    fn progress_puts_a_watch_off_and_slow_rounds_still_fire() {
+    fn progress_puts_a_watch_off_and_its_wait_back_to_one_interval() {
         let mut w = Still::default();
         assert!(!w.due(1, ms(0), S));
         assert!(!w.due(2, ms(999), S), "it moved");
@@ -369,6 +388,7 @@ mod tests {
         // Rounds far apart (a process that polls seldom) still fire.
         assert!(w.due(2, ms(9000), S));
         assert!(!w.due(3, ms(20000), S), "it moved");
+        assert!(w.due(3, ms(21000), S), "one interval after it moved");
     }
 
     #[test]

@@ -49,7 +49,25 @@ pub(super) fn directed_into(
     hook: impl FnMut(&PostInfo) -> Inject + 'static,
 ) -> World {
     assert_eq!(specs.len(), buf_lens.len(), "one buffer per message");
-    directed_plan(profile, specs, Some(buf_lens), false, Vec::new(), hook)
+    directed_plan(
+        profile,
+        specs,
+        Some(buf_lens),
+        false,
+        Vec::new(),
+        |_| {},
+        hook,
+    )
+}
+
+/// [`directed`], with `tweak` applied to the plan before it runs.
+pub(super) fn directed_tweaked(
+    profile: &str,
+    specs: Vec<MsgSpec>,
+    tweak: impl FnOnce(&mut Plan),
+    hook: impl FnMut(&PostInfo) -> Inject + 'static,
+) -> World {
+    directed_plan(profile, specs, None, false, Vec::new(), tweak, hook)
 }
 
 /// [`directed`], with the core's own fault injection on some nodes.
@@ -60,7 +78,15 @@ fn directed_with(
     core_faults: Vec<(usize, Fault)>,
     hook: impl FnMut(&PostInfo) -> Inject + 'static,
 ) -> World {
-    directed_plan(profile, specs, None, allow_unmatched, core_faults, hook)
+    directed_plan(
+        profile,
+        specs,
+        None,
+        allow_unmatched,
+        core_faults,
+        |_| {},
+        hook,
+    )
 }
 
 fn directed_plan(
@@ -69,6 +95,7 @@ fn directed_plan(
     buf_lens: Option<Vec<usize>>,
     allow_unmatched: bool,
     core_faults: Vec<(usize, Fault)>,
+    tweak: impl FnOnce(&mut Plan),
     hook: impl FnMut(&PostInfo) -> Inject + 'static,
 ) -> World {
     let rails = profile_set(profile).expect("known profile");
@@ -92,6 +119,7 @@ fn directed_plan(
     }
     plan.allow_unmatched = allow_unmatched;
     plan.core_faults = core_faults;
+    tweak(&mut plan);
     let faults = Faults {
         directed: true,
         ..Faults::default()

@@ -7,9 +7,12 @@
 
 #![cfg(test)]
 
-use super::defects::{assert_delivered, directed, directed_into, msg, recv_status, send_status};
-use super::fabric::{Inject, PostInfo, PostKind, World};
+use super::defects::{
+    assert_delivered, directed, directed_into, directed_tweaked, msg, recv_status, send_status,
+};
+use super::fabric::{Inject, PostInfo, PostKind, World, REPAIR_AFTER};
 use super::profiles::profile_set;
+use super::workload::Busy;
 use crate::proto::{Stats, Status};
 use crate::wire::Kind;
 use std::cell::Cell;
@@ -206,5 +209,39 @@ fn sim_repair_lost_failed_fin() {
         assert_eq!(recv_status(&w, 0), Some(Status::Failed), "{ctx}");
         assert_eq!(send_status(&w, 0), Some(Status::Failed), "{ctx}");
         assert_delivered(&w, 1..2, &ctx);
+    }
+}
+
+/// The receiver's FIN is lost and the receiver is then away from MPI for
+/// 40 repair intervals: the sender asks again one, two, four and then
+/// every eight intervals, not every interval, and the answer that comes
+/// when the receiver is back ends the send.
+#[test]
+fn sim_repair_backs_off_from_an_away_peer() {
+    const AWAY: u64 = 40 * REPAIR_AFTER;
+    for profile in MSG_PROFILES {
+        let p = &profile_set(profile).expect("known").profiles[0];
+        let specs = vec![msg(0, 1, 0, 4 * p.eager_limit + 7, false)];
+        let (hook, lost) = nth(Kind::Fin, 1, 1, Inject::Garbled);
+        // Away from well after the transfer ended (its FIN lost) until
+        // 40 intervals later.
+        let away = |plan: &mut super::workload::Plan| {
+            plan.busy = Some(Busy {
+                node: 1,
+                from: REPAIR_AFTER / 2,
+                until: REPAIR_AFTER / 2 + AWAY,
+            })
+        };
+        let w = directed_tweaked(profile, specs, away, hook);
+        let ctx = format!("{profile}/away");
+        assert_eq!(lost.get(), 1, "{ctx}: the FIN was lost");
+        assert_delivered(&w, 0..1, &ctx);
+        // Asks at 1, 3, 7, 15, 23, 31, 39 intervals of the 40 (the last
+        // one or two may fall after the answer): 5 to 8, against 40.
+        let asks = repairs(&w, 0);
+        assert!(
+            (5..=8).contains(&asks),
+            "{ctx}: {asks} repairs in 40 intervals"
+        );
     }
 }
