@@ -14,7 +14,10 @@
 # 1. With mtl_rustofi_fault_inject late_comm (rank 0 drives progress for
 #    3 s before it registers the communicator): the job passes, and rank
 #    0's finalize line says index messages waited for the communicator
-#    (excid_waited >= 1), so the test took the path it is about.
+#    (excid_waited >= 1), so the test took the path it is about. With a
+#    peer timeout of 1 s, a rank whose send waits that long for rank 0's
+#    index says so (a rank that never made the communicator would leave
+#    it waiting for good): the log must hold that line.
 # 2. Without the fault: the job passes (how many messages waited is
 #    printed, not checked: usually none, but a rank descheduled while it
 #    registers the communicator may see some).
@@ -35,13 +38,14 @@ export OMPI_MCA_mca_base_component_path=$RUSTOFI_MCA_DIR:$OMPI_COMPONENT_DIR
 unset OMPI_MCA_pml OMPI_MCA_mtl
 for v in $(env | sed -n 's/^\(OMPI_MCA_mtl_rustofi_[a-z_]*\)=.*/\1/p'); do unset "$v"; done
 fails=0
-run() { # FAULT: runs the job; prints how many messages waited at rank 0
+run() { # FAULT [MCA args]: runs the job; prints how many messages waited at rank 0
   local fault=$1 log=$BUILD_DIR/np$np.$1.log rc start=$SECONDS
+  shift
   # btl ^ofi: Open MPI 5's btl/ofi would initialise libfabric in every rank.
   set +e
   timeout -k 10 120 mpirun -np "$np" --oversubscribe --bind-to none \
     --mca pml cm --mca mtl rustofi --mca btl ^ofi \
-    --mca mtl_rustofi_fault_inject "$fault" --mca mtl_rustofi_verbose 1 \
+    --mca mtl_rustofi_fault_inject "$fault" --mca mtl_rustofi_verbose 1 "$@" \
     "$BUILD_DIR/sessions_fanin" >"$log" 2>&1
   rc=$?
   set -e
@@ -54,9 +58,13 @@ run() { # FAULT: runs the job; prints how many messages waited at rank 0
   sed -n 's/.*rank 0 communicator index exchanges .*excid_waited=\([0-9]*\).*/\1/p' "$log" | grep . ||
     echo -2
 }
-waited=$(run late_comm)
-if [ "$waited" -ge 1 ]; then
-  echo "ok: excid_fanin np $np, late_comm: $waited index message(s) waited for the communicator and were answered"
+waited=$(run late_comm --mca mtl_rustofi_peer_timeout 1)
+said="has waited [0-9]* s for that rank's index of the communicator"
+if [ "$waited" -ge 1 ] && grep -q "$said" "$BUILD_DIR/np$np.late_comm.log"; then
+  echo "ok: excid_fanin np $np, late_comm: $waited index message(s) waited for the communicator and were answered; $(grep -c "$said" "$BUILD_DIR/np$np.late_comm.log") wait(s) reported: $(grep -m1 "$said" "$BUILD_DIR/np$np.late_comm.log")"
+elif [ "$waited" -ge 1 ]; then
+  echo "FAIL: excid_fanin np $np, late_comm: no send said it waited for rank 0's index ($BUILD_DIR/np$np.late_comm.log)"
+  fails=$((fails + 1))
 else
   echo "FAIL: excid_fanin np $np, late_comm: no index message waited for the communicator (excid_waited: $waited)"
   fails=$((fails + 1))

@@ -304,6 +304,36 @@ int rustofi_del_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator
     return OMPI_SUCCESS;
 }
 
+/* Waits for rank `dest`'s index of `comm`. A rank that never makes the
+ * communicator, or is gone, leaves this wait for good, and nothing else
+ * would say why the send does not return: so it says so once the wait has
+ * lasted the peer timeout (30 s where that is 0), and again each time as
+ * long again has passed. The clock is read once in 65536 rounds. */
+static void excid_wait(ompi_communicator_t *comm, int dest, const struct rustofi_cid_peer *p)
+{
+    long every = rustofi_param_peer_timeout > 0 ? rustofi_param_peer_timeout : 30;
+    long next = every;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned spins = 1; CID_EXCHANGED != __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
+         spins++) {
+        opal_progress();
+        if (0 != (spins & 0xffff)) {
+            continue;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long waited = t.tv_sec - t0.tv_sec;
+        if (waited >= next) {
+            opal_output(0,
+                        "mtl_rustofi: a send to rank %d of communicator %s has waited %ld s for "
+                        "that rank's index of the communicator (a communicator made from a "
+                        "group): the rank has not made the communicator yet, or is gone",
+                        dest, comm->c_name, waited);
+            next = waited + every;
+        }
+    }
+}
+
 /* Out of line (see send_cid): the usual communicator never comes here. */
 __attribute__((noinline)) int send_cid_exchanged(struct ompi_communicator_t *comm, int dest,
                                                  uint32_t *cid)
@@ -329,9 +359,7 @@ __attribute__((noinline)) int send_cid_exchanged(struct ompi_communicator_t *com
                 return ret;
             }
         }
-        while (CID_EXCHANGED != __atomic_load_n(&p->state, __ATOMIC_ACQUIRE)) {
-            opal_progress();
-        }
+        excid_wait(comm, dest, p);
     }
     *cid = p->c_index;
     return OMPI_SUCCESS;

@@ -115,7 +115,7 @@ static long param_send_queue_limit = 4L << 20;
 static long param_send_queue_total = 32L << 20;
 static long param_rndv_chunk = 64L * 1024 * 1024;
 static long param_rx_buffers = 256;
-static long param_peer_timeout = 30;
+long rustofi_param_peer_timeout = 30;
 static int idx_include = -1;
 static int idx_exclude = -1;
 
@@ -302,7 +302,7 @@ static int rustofi_component_register(void)
              "provider reports unreachable) fail with an error: such peers are probed while "
              "something waits on them; a live peer that is merely busy is never failed "
              "(0: never probe)",
-             OPAL_INFO_LVL_4, &param_peer_timeout);
+             OPAL_INFO_LVL_4, &rustofi_param_peer_timeout);
     /* enumerated parameters (rndv_protocol, shm, fault_inject) and the
      * MPI_T performance variables */
     return rustofi_site_register(&mca_mtl_rustofi_component.mtl_version);
@@ -507,7 +507,7 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
         .shm = rustofi_enum_text(RUSTOFI_ENUM_SHM),
         .coalesce = param_coalesce,
         .priority = param_priority,
-        .peer_timeout = param_peer_timeout,
+        .peer_timeout = rustofi_param_peer_timeout,
         .named = rustofi_named(),
         .my_name = proc_name64(OMPI_PROC_MY_NAME),
         .rank = (int64_t) OMPI_PROC_MY_NAME->vpid,

@@ -60,6 +60,7 @@
 
 /* MCA parameter mtl_rustofi_verbose (rustofi_shim.c). */
 extern long rustofi_param_verbose;
+extern long rustofi_param_peer_timeout;
 
 #if OMPI_MAJOR_VERSION >= 5
 /* Context id of the messages that exchange communicator indexes (see

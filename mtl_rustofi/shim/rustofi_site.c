@@ -82,8 +82,9 @@ static rustofi_enum_param_t enum_params[RUSTOFI_ENUM_COUNT] = {
         "lose_data (take every fourth arriving rendezvous data packet as lost by the provider) "
         "or lose_whole (take every fourth message-rendezvous grant, request or FIN and every "
         "1000th data packet as lost whole, so that the stalled transfer is repaired) or "
-        "late_comm (Open MPI 5: rank 0 registers a communicator that needs the index exchange "
-        "only once every peer's index message for it has arrived, or after 30 s)",
+        "late_comm (Open MPI 5: rank 0 drives progress for 3 s before it registers a "
+        "communicator that needs the index exchange, so that its peers' index messages arrive "
+        "before it)",
         OPAL_INFO_LVL_9, fault_inject_values},
     [RUSTOFI_ENUM_TAGGED] = {
         "tagged",
