@@ -42,7 +42,8 @@
 //! * messages live in bins keyed by `(ctx, src, tag)`, each a `VecDeque` in
 //!   arrival order; the head of a bin is the earliest-arrived message with that
 //!   envelope, which is the answer for any fully specific selector;
-//! * one arrival-ordered index `BTreeMap<arrival_seq, (src, tag)>` per context
+//! * one arrival-ordered index per context ([`arrivals`]: a queue appended
+//!   in arrival order, entries leaving from its front or marked taken)
 //!   serves wildcard receives and probes, which scan it in order for the first
 //!   eligible entry and then pop the head of the corresponding bin;
 //! * a post, probe or take looks nothing up while no message is queued.
@@ -59,7 +60,7 @@
 //! Per-entry bookkeeping: a posted specific receive costs one bin slot
 //! (`seq` + payload); a posted wildcard receive costs one B-tree entry
 //! (`seq`, source, tag, payload); an unexpected message costs one bin slot
-//! (`seq` + payload) and one B-tree entry (`seq`, source, tag).
+//! (`seq` + payload) and one arrival-index entry (`seq`, source, tag).
 //!
 //! # Complexity
 //!
@@ -71,8 +72,8 @@
 //! |---------------------------------------------|---------------------------------------|
 //! | arrival, no wildcard posted in the context  | O(1)                                  |
 //! | arrival, wildcards posted in the context    | O(1) + scan of wildcards posted before the specific candidate, at most O(W) |
-//! | arrival queued as unexpected                | O(1) + O(log N)                       |
-//! | specific post / probe / take                | O(1) (+ O(log N) to unlink a match)   |
+//! | arrival queued as unexpected                | O(1)                                  |
+//! | specific post / probe / take                | O(1) (+ O(log N) to unlink a match that is not the context's earliest) |
 //! | wildcard post / probe / take                | scan of the context's arrival index up to the first eligible message, at most O(N) |
 //! | cancel of a specific receive                | O(1) + O(log B)                       |
 //! | cancel of a wildcard receive                | O(log W)                              |
@@ -82,6 +83,7 @@
 //! A fully specific lookup therefore never depends on the depth of other bins
 //! or of other contexts.
 
+mod arrivals;
 mod bins;
 mod bulk;
 mod wild;
@@ -269,7 +271,7 @@ struct Unexpected<U> {
 type PostedBins<R> = Bins<Key, VecDeque<Posted<R>>>;
 type WildLists<R> = Bins<u32, BTreeMap<u64, WildPosted<R>>>;
 type UnexpectedBins<U> = Bins<Key, VecDeque<Unexpected<U>>>;
-type ArrivalIndex = Bins<u32, BTreeMap<u64, (i32, i32)>>;
+type ArrivalIndex = Bins<u32, arrivals::Arrivals>;
 
 /// Posted-receive and unexpected-message queues with MPI matching order.
 ///
@@ -480,7 +482,7 @@ impl<R, U> Matcher<R, U> {
             .push_back(Unexpected { seq, u });
         self.unexpected_order
             .get_or_insert(env.ctx)
-            .insert(seq, (env.src, env.tag));
+            .push(seq, env.src, env.tag);
         self.unexpected_count += 1;
     }
 
@@ -589,9 +591,8 @@ impl<R, U> Matcher<R, U> {
             None => self
                 .unexpected_order
                 .get(&sel.ctx)?
-                .iter()
-                .find(|&(_, &(src, tag))| src_tag_match(sel.src, sel.tag, src, tag))
-                .map(|(&seq, &(src, tag))| {
+                .first(|src, tag| src_tag_match(sel.src, sel.tag, src, tag))
+                .map(|(seq, src, tag)| {
                     let ctx = sel.ctx;
                     (seq, Envelope { ctx, src, tag })
                 }),
@@ -607,8 +608,8 @@ impl<R, U> Matcher<R, U> {
             self.unexpected_bins.park(key);
         }
         if let Some(order) = self.unexpected_order.get_mut(&key.ctx) {
-            let removed = order.c.remove(&head.seq);
-            debug_assert!(removed.is_some());
+            let removed = order.c.remove(head.seq);
+            debug_assert!(removed);
             if order.newly_empty() {
                 self.unexpected_order.park(key.ctx);
             }
@@ -696,7 +697,7 @@ impl<R, U> Matcher<R, U> {
                     .unexpected_order
                     .get(&key.ctx)
                     .expect("queued message without an arrival index");
-                assert_eq!(order.get(&e.seq), Some(&(key.src, key.tag)));
+                assert_eq!(order.get(e.seq), Some((key.src, key.tag)));
                 unexpected += 1;
             }
         }

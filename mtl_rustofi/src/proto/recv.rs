@@ -23,7 +23,7 @@ pub(super) struct PostedRecv {
 pub(super) enum Unexpected {
     Eager {
         peer: PeerId,
-        data: Vec<u8>,
+        data: Payload,
         sync: Option<Cookie>,
     },
     Rts {
@@ -39,10 +39,47 @@ pub(super) enum Unexpected {
     },
 }
 
+/// Bytes of an unexpected eager message kept in its queue entry: as many
+/// as fit beside the other variants' fields, so the entry is no larger.
+const INLINE: usize = 62;
+
+/// An unexpected eager message's bytes: in the queue entry up to
+/// [`INLINE`] of them, on the heap beyond. Small messages are the ones that
+/// most often arrive before their receive (a window of them), and an
+/// allocation and a free cost each of them more than the matching.
+pub(super) enum Payload {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Vec<u8>),
+}
+
+impl Payload {
+    #[inline]
+    fn new(data: &[u8]) -> Payload {
+        if data.len() <= INLINE {
+            let mut bytes = [0; INLINE];
+            bytes[..data.len()].copy_from_slice(data);
+            Payload::Inline {
+                len: data.len() as u8,
+                bytes,
+            }
+        } else {
+            Payload::Heap(data.to_vec())
+        }
+    }
+
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::Inline { len, bytes } => &bytes[..*len as usize],
+            Payload::Heap(v) => v,
+        }
+    }
+}
+
 impl Unexpected {
     fn len(&self) -> u64 {
         match self {
-            Unexpected::Eager { data, .. } => data.len() as u64,
+            Unexpected::Eager { data, .. } => data.bytes().len() as u64,
             Unexpected::Rts { hdr, .. } => hdr.len,
             Unexpected::Lost { len, .. } => *len,
         }
@@ -208,7 +245,7 @@ impl Core {
     fn deliver(&mut self, p: PostedRecv, env: Envelope, u: Unexpected, out: &mut Out) {
         match u {
             Unexpected::Eager { peer, data, sync } => {
-                self.finish_eager(p, env, peer, &data, sync, out)
+                self.finish_eager(p, env, peer, data.bytes(), sync, out)
             }
             Unexpected::Rts { peer, hdr } => self.start_rndv_recv(p, peer, &hdr, out),
             Unexpected::Lost { peer, sync, .. } => self.fail_lost(p, env, peer, sync, out),
@@ -307,7 +344,7 @@ impl Core {
             env,
             Unexpected::Eager {
                 peer,
-                data: payload.to_vec(),
+                data: Payload::new(payload),
                 sync,
             },
         );
@@ -344,5 +381,28 @@ impl Core {
             bytes,
             status,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Payload, Unexpected, INLINE};
+    use crate::proto::ids::PeerId;
+    use crate::wire::Header;
+
+    #[test]
+    fn inline_bytes_make_an_entry_no_larger_than_a_rendezvous_one() {
+        let rts = std::mem::size_of::<(PeerId, Header)>();
+        assert!(std::mem::size_of::<Unexpected>() <= rts.next_multiple_of(8));
+    }
+
+    #[test]
+    fn payload_keeps_its_bytes_inline_or_on_the_heap() {
+        for len in [0, 1, 8, INLINE, INLINE + 1, 4096] {
+            let data: Vec<u8> = (0..len).map(|i| i as u8 ^ 0x5a).collect();
+            let p = Payload::new(&data);
+            assert_eq!(p.bytes(), &data[..], "{len} bytes");
+            assert_eq!(matches!(p, Payload::Inline { .. }), len <= INLINE, "{len}");
+        }
     }
 }
