@@ -3,7 +3,7 @@
  * rank 1, as OSU's bandwidth and message-rate tests send them, made to be
  * run under callgrind by bench/profile-window.
  *
- * Usage: profile_window size window iters idle_polls [recv_delay_us]
+ * Usage: profile_window size window iters idle_polls [recv_delay_us [unexpected]]
  *
  *   Each iteration: rank 0 posts `window` MPI_Isend of `size` bytes (one
  *   tag) and waits for them all, then receives a 1-byte ack; rank 1 posts
@@ -11,8 +11,14 @@
  *   recv_delay_us > 0 rank 1 sleeps that long between posting its receives
  *   and waiting for them, so that the window has arrived when it first
  *   polls: then how many polls it makes no longer depends on timing, and
- *   its progress calls price the arrivals alone. 20 warm-up iterations come
- *   first. Then, as in profile_pingpong, an idle phase:
+ *   its progress calls price the arrivals alone. With `unexpected` 1, the
+ *   window arrives before its receives instead: rank 0 sends a 1-byte
+ *   marker (tag 3) after each window, and rank 1, after its sleep, calls
+ *   MPI_Iprobe for the marker until it is there (every message of the
+ *   window, sent before it, has then been read into the unexpected queue),
+ *   receives it, and only then posts the window's receives, each of which
+ *   takes its message from the unexpected queue. 20 warm-up iterations
+ *   come first. Then, as in profile_pingpong, an idle phase:
  *   rank 0 calls MPI_Test `idle_polls` times (0: none) on a receive that
  *   cannot match yet while rank 1 waits in MPI_Recv, so that both ranks'
  *   polls in it find nothing, which prices an empty poll.
@@ -50,6 +56,7 @@ int main(int argc, char **argv)
     long size = atol(argv[1]), window = atol(argv[2]), iters = atol(argv[3]);
     long idle = atol(argv[4]);
     long delay = argc > 5 ? atol(argv[5]) : 0;
+    const int unexpected = argc > 6 && atol(argv[6]) != 0;
     /* size >= 2: the first and last byte carry different checks. */
     if (np != 2 || size < 2 || window < 1 || iters < 1 || idle < 0 || delay < 0) {
         if (rank == 0)
@@ -77,7 +84,21 @@ int main(int argc, char **argv)
                 MPI_Isend(m, (int) size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &req[w]);
             }
             MPI_Waitall((int) window, req, MPI_STATUSES_IGNORE);
+            if (unexpected) MPI_Send(&ack, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD);
             MPI_Recv(&ack, 1, MPI_CHAR, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else if (unexpected) {
+            if (delay > 0) usleep((useconds_t) delay);
+            int there = 0;
+            while (!there) MPI_Iprobe(peer, 3, MPI_COMM_WORLD, &there, MPI_STATUS_IGNORE);
+            MPI_Recv(&ack, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            for (long w = 0; w < window; w++)
+                MPI_Irecv(buf + w * size, (int) size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &req[w]);
+            MPI_Waitall((int) window, req, MPI_STATUSES_IGNORE);
+            for (long w = 0; w < window; w++) {
+                const unsigned char *m = buf + w * size;
+                if (m[0] != (unsigned char) w || m[size - 1] != (unsigned char) i) bad = 1;
+            }
+            MPI_Send(&ack, 1, MPI_CHAR, peer, 2, MPI_COMM_WORLD);
         } else {
             for (long w = 0; w < window; w++)
                 MPI_Irecv(buf + w * size, (int) size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &req[w]);
