@@ -277,11 +277,22 @@ int rustofi_add_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator
         }
     }
     pthread_mutex_unlock(&excid_lock);
+    /* Every answer is tried (one that fails leaves only its own peer
+     * waiting). On failure Open MPI releases the communicator without
+     * del_comm, so it must leave the list here: a later index message
+     * would otherwise read the freed communicator. */
     int ret = OMPI_SUCCESS;
-    for (int i = 0; i < nreplies && OMPI_SUCCESS == ret; i++) {
-        ret = excid_send(comm, replies[i]) == OMPI_SUCCESS ? OMPI_SUCCESS : OMPI_ERROR;
+    for (int i = 0; i < nreplies; i++) {
+        if (OMPI_SUCCESS != excid_send(comm, replies[i])) {
+            opal_output(0, "mtl_rustofi: could not send this rank's index of a new communicator "
+                           "to its rank %d", replies[i]);
+            ret = OMPI_ERROR;
+        }
     }
     free(replies);
+    if (OMPI_SUCCESS != ret) {
+        rustofi_del_comm(mtl, comm);
+    }
     return ret;
 }
 

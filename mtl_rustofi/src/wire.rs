@@ -50,7 +50,7 @@ use eager::{u32_at, u64_at};
 pub(crate) use modex::{PeerInfo, RailAddr, RailKind};
 
 pub(crate) const MAGIC: u8 = 0xA7;
-pub(crate) const VERSION: u8 = 5;
+pub(crate) const VERSION: u8 = 6;
 pub(crate) const BASE_LEN: usize = 48;
 pub(crate) const EXT_LEN: usize = 64;
 

@@ -35,8 +35,10 @@
 //! last [`FAILED_KEPT`] of its message rendezvous that failed, so that a
 //! failed receive whose failed FIN was lost fails its send too, instead
 //! of completing it as sent. Older failures are forgotten and answered
-//! as done: that takes as many failures at one receiver between a failure
-//! and its sender's first question, an interval later. A grant of
+//! as done: that takes as many failures with live peers at one receiver
+//! between a failure and its sender's question, which comes an interval
+//! after the sender's last packet completed, later if it is away from MPI
+//! or its question is lost (then 2, 4, 8 intervals). A grant of
 //! nothing has an empty data packet and a FIN of its own
 //! (`proto/rndv_msg.rs`), so its loss is repaired like any grant's.
 

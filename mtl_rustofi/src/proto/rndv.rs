@@ -632,8 +632,9 @@ impl Core {
         if awaits_fin && !self.peers[r.peer.index()].lost {
             self.send_fin(r.peer, r.cookie.0, r.failed, out);
         }
-        if r.failed && r.msg.is_some() && r.cts_sent {
-            // Its sender may ask after the failed FIN (`proto/repair.rs`).
+        if r.failed && r.msg.is_some() && r.cts_sent && !self.peers[r.peer.index()].lost {
+            // Its sender may ask after the failed FIN (`proto/repair.rs`); a
+            // lost peer asks nothing and must not push others out.
             self.repair.note_failed(r.peer, id, r.tag_base);
         }
         let status = if r.failed {
