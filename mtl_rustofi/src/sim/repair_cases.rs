@@ -140,8 +140,9 @@ fn repairs(w: &World, node: usize) -> u64 {
 /// message, on every profile, with `lose` deciding which post (from 1) of
 /// which packet kind from which node is lost whole (`None`: none). Checks
 /// that the receive ends truncated, the send as sent, and that the eager
-/// message arrives; returns each run's world and count of losses.
-fn grant_of_nothing(lose: Option<(Kind, usize, u32)>) -> Vec<(String, World, u32)> {
+/// message arrives; returns each run's world, count of losses, and the
+/// data packets node 0 and FINs node 1 posted.
+fn grant_of_nothing(lose: Option<(Kind, usize, u32)>) -> Vec<(String, World, u32, [u32; 2])> {
     let mut runs = Vec::new();
     for profile in MSG_PROFILES {
         let p = &profile_set(profile).expect("known").profiles[0];
@@ -150,13 +151,25 @@ fn grant_of_nothing(lose: Option<(Kind, usize, u32)>) -> Vec<(String, World, u32
             msg(0, 1, 1, 10, false),
         ];
         let (kind, node, n) = lose.unwrap_or((Kind::Data, 0, 0));
-        let (hook, lost) = nth(kind, node, n, Inject::Garbled);
-        let w = directed_into(profile, specs, vec![0, 10], hook);
+        let (mut hook, lost) = nth(kind, node, n, Inject::Garbled);
+        let posts = Rc::new(Cell::new([0u32; 2]));
+        let counted = posts.clone();
+        let count = move |i: &PostInfo| {
+            let mut c = counted.get();
+            match (i.kind, i.node, i.packet) {
+                (PostKind::Send, 0, Some(Kind::Data)) => c[0] += 1,
+                (PostKind::Send, 1, Some(Kind::Fin)) => c[1] += 1,
+                _ => {}
+            }
+            counted.set(c);
+            hook(i)
+        };
+        let w = directed_into(profile, specs, vec![0, 10], count);
         let ctx = format!("{profile}/grant of nothing");
         assert_eq!(recv_status(&w, 0), Some(Status::Truncated), "{ctx}");
         assert_eq!(send_status(&w, 0), Some(Status::Ok), "{ctx}");
         assert_delivered(&w, 1..2, &ctx);
-        runs.push((ctx, w, lost.get()));
+        runs.push((ctx, w, lost.get(), posts.get()));
     }
     runs
 }
@@ -167,7 +180,7 @@ fn grant_of_nothing(lose: Option<(Kind, usize, u32)>) -> Vec<(String, World, u32
 /// grant, the sender waited for ever.)
 #[test]
 fn sim_repair_lost_grant_of_nothing() {
-    for (ctx, w, lost) in grant_of_nothing(Some((Kind::Cts, 1, 1))) {
+    for (ctx, w, lost, _) in grant_of_nothing(Some((Kind::Cts, 1, 1))) {
         assert_eq!(lost, 1, "{ctx}: the grant was lost");
         assert!(repairs(&w, 1) > 0, "{ctx}: the receiver made no repair");
     }
@@ -177,8 +190,9 @@ fn sim_repair_lost_grant_of_nothing() {
 /// repair, no error.
 #[test]
 fn sim_grant_of_nothing_ends_with_its_fin() {
-    for (ctx, w, lost) in grant_of_nothing(None) {
+    for (ctx, w, lost, posts) in grant_of_nothing(None) {
         assert_eq!(lost, 0, "{ctx}");
+        assert_eq!(posts, [1, 1], "{ctx}: one empty data packet and one FIN");
         for n in 0..2 {
             assert_eq!(repairs(&w, n), 0, "{ctx}: node {n} repaired");
             assert_eq!(Stats::get(&w.nodes[n].stats.errors), 0, "{ctx}: node {n}");
