@@ -590,12 +590,9 @@ impl Core {
 
     /// Sends the CTS that grants `want` bytes in pieces of `chunk` (the
     /// send and message protocols; `cts` carries what is particular to
-    /// each); a grant of nothing ends a receive of the send protocol at
-    /// once (one of the message protocol waits for its empty piece).
-    #[allow(clippy::too_many_arguments)]
+    /// each).
     pub(super) fn send_grant(
         &mut self,
-        id: RndvId,
         peer: PeerId,
         mut cts: Header,
         cookie: Cookie,
@@ -607,9 +604,6 @@ impl Core {
         cts.ext1 = want as u64;
         cts.len = chunk as u64;
         self.send_ctrl(peer, &cts, out);
-        if want == 0 && self.rndv_recv.get(id).is_some_and(|r| r.msg.is_none()) {
-            self.finish_rndv_recv(id, out);
-        }
     }
 
     /// Ends a receive-side rendezvous: releases the buffer, tells the

@@ -47,13 +47,12 @@ pub(super) const WINDOW: usize = 16;
 
 /// Sender's progress through the granted bytes.
 pub(super) struct MsgSend {
-    next_off: usize,
+    /// Pieces sent once so far (from the first).
+    next_piece: usize,
     grant: usize,
     chunk: usize,
     pub(super) slot: u32,
     pub(super) token: u64,
-    /// The first piece went out (a grant of nothing has one, empty).
-    first_out: bool,
     /// Offsets of packets the receiver asked for again, sent before new
     /// ones, and whether a repair asked (the piece may arrive twice).
     resend: Vec<(usize, bool)>,
@@ -69,20 +68,9 @@ pub(super) struct MsgSend {
 }
 
 impl MsgSend {
-    /// Every granted byte went out and nothing waits to be sent again.
+    /// Every granted piece went out and nothing waits to be sent again.
     pub(super) fn all_sent(&self) -> bool {
-        !self.new_piece_left() && self.resend.is_empty()
-    }
-
-    /// A piece not yet sent at all remains.
-    fn new_piece_left(&self) -> bool {
-        self.next_off < self.grant || !self.first_out
-    }
-
-    /// Whether the piece at `off` went out once (the one of a grant of
-    /// nothing is at 0).
-    fn was_sent(&self, off: usize) -> bool {
-        off < self.next_off || (off == 0 && self.first_out)
+        self.next_piece >= pieces(self.grant, self.chunk) && self.resend.is_empty()
     }
 }
 
@@ -90,6 +78,12 @@ impl MsgSend {
 /// nothing has one, empty.
 fn pieces(want: usize, chunk: usize) -> usize {
     want.div_ceil(chunk).max(1)
+}
+
+/// The piece at offset `off` of a grant of `want` bytes in packets of
+/// `chunk`, if the offset starts one.
+fn piece_at(off: usize, want: usize, chunk: usize) -> Option<usize> {
+    (off.is_multiple_of(chunk) && off / chunk < pieces(want, chunk)).then_some(off / chunk)
 }
 
 /// Receiver's record of the data packets that arrived.
@@ -161,7 +155,7 @@ impl Core {
         cts.flags |= wire::FLAG_RNDV_MSG;
         cts.ctx = id.0;
         cts.ext0 = token;
-        self.send_grant(id, peer, cts, cookie, want, chunk, out);
+        self.send_grant(peer, cts, cookie, want, chunk, out);
     }
 
     /// The receiver granted the data: start sending packets. A repair's
@@ -201,12 +195,11 @@ impl Core {
         }
         let grant = (hdr.ext1 as usize).min(s.buf.len());
         s.msg = Some(MsgSend {
-            next_off: 0,
+            next_piece: 0,
             grant,
             chunk,
             slot: hdr.ctx,
             token: hdr.ext0,
-            first_out: false,
             resend: Vec::new(),
             acked: false,
             moves: 0,
@@ -248,12 +241,13 @@ impl Core {
             // Overtaken by the FIN (or a duplicate): every byte arrived.
             return;
         }
-        let sent = m.was_sent(off);
-        if repair && off.is_multiple_of(m.chunk) && !sent && off < m.grant.max(1) {
+        let piece = piece_at(off, m.grant, m.chunk);
+        let sent = piece.is_some_and(|p| p < m.next_piece);
+        if repair && piece.is_some() && !sent {
             // Not sent yet: it goes out in its turn.
             return;
         }
-        if !off.is_multiple_of(m.chunk) || !sent {
+        if !sent {
             let chunk = m.chunk;
             self.count_error();
             self.error(&format!(
@@ -295,9 +289,8 @@ impl Core {
             let (off, again) = match m.resend.pop() {
                 Some(r) => r,
                 None => {
-                    let off = m.next_off;
-                    m.next_off += (m.grant - off).min(m.chunk);
-                    m.first_out = true;
+                    let off = m.next_piece * m.chunk;
+                    m.next_piece += 1;
                     (off, false)
                 }
             };
@@ -368,11 +361,9 @@ impl Core {
             return;
         };
         let off = hdr.ext0 as usize;
-        let piece = off / m.chunk;
-        let fits = off.is_multiple_of(m.chunk)
-            && off < r.want.max(1)
-            && payload.len() == (r.want - off).min(m.chunk);
-        if !fits {
+        let piece =
+            piece_at(off, r.want, m.chunk).filter(|_| payload.len() == (r.want - off).min(m.chunk));
+        let Some(piece) = piece else {
             let why = format!(
                 "rendezvous data of {} bytes at offset {off} does not fit a grant of {} \
                  bytes in packets of {}; the receive fails",
@@ -385,7 +376,7 @@ impl Core {
             self.abort_recv(id, true, out);
             self.finish_rndv_recv(id, out);
             return;
-        }
+        };
         if m.seen(piece, true) {
             if !m.repaired {
                 self.error("dropped a duplicate rendezvous data packet");
@@ -417,11 +408,11 @@ impl Core {
         let Some(m) = r.msg.as_mut() else {
             return false;
         };
-        let (off, chunk) = (hdr.ext0 as usize, m.chunk);
-        if !off.is_multiple_of(chunk) || off >= want.max(1) {
+        let off = hdr.ext0 as usize;
+        let Some(piece) = piece_at(off, want, m.chunk) else {
             return false;
-        }
-        if m.seen(off / chunk, false) {
+        };
+        if m.seen(piece, false) {
             return true;
         }
         self.send_msg_cts(id, wire::FLAG_RESEND, off, out);

@@ -83,7 +83,12 @@ impl Core {
         let cookie = r.cookie;
         let mut cts = self.header(Kind::Cts);
         cts.ext0 = base;
-        self.send_grant(id, peer, cts, cookie, want, chunk, out);
+        self.send_grant(peer, cts, cookie, want, chunk, out);
+        if want == 0 {
+            // Nothing to wait for (the message protocol's grant of nothing
+            // waits for its empty piece instead: `proto/rndv_msg.rs`).
+            self.finish_rndv_recv(id, out);
+        }
     }
 
     /// The receiver granted the data: send it in tagged chunks.
