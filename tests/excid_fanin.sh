@@ -21,6 +21,13 @@
 # 2. Without the fault: the job passes (how many messages waited is
 #    printed, not checked: usually none, but a rank descheduled while it
 #    registers the communicator may see some).
+# 3. Rank 0 away from MPI for 1 s once it has the communicator: every
+#    peer's index message is there when it next drives progress, so the
+#    index receive, posted again from its completion, finds the next ones
+#    queued and completes inside the post. Rank 0's finalize line must
+#    show that (excid_queued >= 2) and that it handled them one after the
+#    other, not one call deeper each (excid_depth = 1; a build that nested
+#    reached 5 here, and would overflow its stack at thousands of ranks).
 # Environment: OMPI_PREFIX (an Open MPI 5 install, see
 # scripts/ompi-prefix.sh), RUSTOFI_MCA_DIR, OMPI_COMPONENT_DIR.
 set -euo pipefail
@@ -38,15 +45,15 @@ export OMPI_MCA_mca_base_component_path=$RUSTOFI_MCA_DIR:$OMPI_COMPONENT_DIR
 unset OMPI_MCA_pml OMPI_MCA_mtl
 for v in $(env | sed -n 's/^\(OMPI_MCA_mtl_rustofi_[a-z_]*\)=.*/\1/p'); do unset "$v"; done
 fails=0
-run() { # FAULT [MCA args]: runs the job; prints how many messages waited at rank 0
-  local fault=$1 log=$BUILD_DIR/np$np.$1.log rc start=$SECONDS
-  shift
+run() { # FAULT PAUSE [MCA args]: runs the job; prints how many messages waited at rank 0
+  local fault=$1 pause=$2 log=$BUILD_DIR/np$np.$1.$2.log rc start=$SECONDS
+  shift 2
   # btl ^ofi: Open MPI 5's btl/ofi would initialise libfabric in every rank.
   set +e
   timeout -k 10 120 mpirun -np "$np" --oversubscribe --bind-to none \
     --mca pml cm --mca mtl rustofi --mca btl ^ofi \
     --mca mtl_rustofi_fault_inject "$fault" --mca mtl_rustofi_verbose 1 "$@" \
-    "$BUILD_DIR/sessions_fanin" >"$log" 2>&1
+    "$BUILD_DIR/sessions_fanin" "$pause" >"$log" 2>&1
   rc=$?
   set -e
   if [ $rc -ne 0 ] || ! grep -q "PASS sessions_fanin $np ranks" "$log"; then
@@ -58,22 +65,36 @@ run() { # FAULT [MCA args]: runs the job; prints how many messages waited at ran
   sed -n 's/.*rank 0 communicator index exchanges .*excid_waited=\([0-9]*\).*/\1/p' "$log" | grep . ||
     echo -2
 }
-waited=$(run late_comm --mca mtl_rustofi_peer_timeout 1)
+rank0() { # FIELD LOG: a field of rank 0's finalize line
+  sed -n "s/.*rank 0 communicator index exchanges .*$1=\\([0-9]*\\).*/\\1/p" "$2"
+}
+waited=$(run late_comm 0 --mca mtl_rustofi_peer_timeout 1)
 said="has waited [0-9]* s for that rank's index of the communicator"
-if [ "$waited" -ge 1 ] && grep -q "$said" "$BUILD_DIR/np$np.late_comm.log"; then
-  echo "ok: excid_fanin np $np, late_comm: $waited index message(s) waited for the communicator and were answered; $(grep -c "$said" "$BUILD_DIR/np$np.late_comm.log") wait(s) reported: $(grep -m1 "$said" "$BUILD_DIR/np$np.late_comm.log")"
+log=$BUILD_DIR/np$np.late_comm.0.log
+if [ "$waited" -ge 1 ] && grep -q "$said" "$log"; then
+  echo "ok: excid_fanin np $np, late_comm: $waited index message(s) waited for the communicator and were answered; $(grep -c "$said" "$log") wait(s) reported: $(grep -m1 "$said" "$log")"
 elif [ "$waited" -ge 1 ]; then
-  echo "FAIL: excid_fanin np $np, late_comm: no send said it waited for rank 0's index ($BUILD_DIR/np$np.late_comm.log)"
+  echo "FAIL: excid_fanin np $np, late_comm: no send said it waited for rank 0's index ($log)"
   fails=$((fails + 1))
 else
   echo "FAIL: excid_fanin np $np, late_comm: no index message waited for the communicator (excid_waited: $waited)"
   fails=$((fails + 1))
 fi
-waited=$(run none)
+waited=$(run none 0)
 if [ "$waited" -ge 0 ]; then
   echo "ok: excid_fanin np $np, no fault: passed ($waited index message(s) waited)"
 else
   echo "FAIL: excid_fanin np $np, no fault (excid_waited: $waited)"
+  fails=$((fails + 1))
+fi
+waited=$(run none 1)
+log=$BUILD_DIR/np$np.none.1.log
+queued=$(rank0 excid_queued "$log")
+depth=$(rank0 excid_depth "$log")
+if [ "$waited" -ge 0 ] && [ "${queued:-0}" -ge 2 ] && [ "$depth" = 1 ]; then
+  echo "ok: excid_fanin np $np, rank 0 away 1 s: $queued index message(s) found queued by the re-posted receive, handled one call deep"
+else
+  echo "FAIL: excid_fanin np $np, rank 0 away 1 s: waited=$waited excid_queued=${queued:-?} (want >= 2) excid_depth=${depth:-?} (want 1) ($log)"
   fails=$((fails + 1))
 fi
 exit $((fails > 0))

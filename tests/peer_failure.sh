@@ -15,7 +15,11 @@
 #            0 receives from the living rank 2 with MPI_ANY_SOURCE, and the
 #            job must end within the run's time limit;
 #   busy     rank 1 sleeps 10 s outside MPI (peer_timeout 3) while rank 0
-#            waits in a receive from it: the receive must succeed.
+#            waits in a receive from it: the receive must succeed;
+#   excid    (Open MPI 5) as eager_recv, but rank 0's operation is its
+#            first MPI_Send to rank 1 on a communicator made through MPI
+#            sessions, which waits for rank 1's index of it: the send
+#            must fail (rank 1's index never comes).
 # Providers: tcp and udp with the shm rail off (every peer over the network
 # provider); "shm": tcp with the own shared-memory rail, and "fishm": tcp
 # with libfabric's shm provider as the rail, each carrying every peer here.
@@ -93,8 +97,10 @@ run_case() { # provider mode
     fi
 }
 
+MODES=(rndv_send rndv_recv eager_recv probe busy)
+((OMPI_MAJOR >= 5)) && MODES+=(excid)
 for prov in "${PROVIDERS[@]}"; do
-    for mode in rndv_send rndv_recv eager_recv probe busy; do
+    for mode in "${MODES[@]}"; do
         run_case "$prov" "$mode"
     done
 done

@@ -52,6 +52,8 @@ typedef struct rustofi_excid_pending {
 typedef struct {
     rustofi_blocking_t b;
     rustofi_excid_msg_t msg;
+    int dest;     /* the receiver's rank in the communicator */
+    bool resent;  /* this is the one resend after a failure */
 } rustofi_excid_send_t;
 
 static pthread_mutex_t excid_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -63,6 +65,9 @@ static rustofi_excid_msg_t excid_rx_buf;
 static volatile bool excid_running = false;
 static int excid_nsent = 0, excid_nrecv = 0; /* reported at finalize (verbose) */
 static int excid_nwaited = 0; /* messages that arrived before their communicator */
+static int excid_nfailed = 0; /* index sends that failed after they started */
+static int excid_nqueued = 0; /* messages the re-posted receive found queued */
+static int excid_depth_max = 0; /* most index messages a thread handled nested */
 
 static bool excid_same(const rustofi_excid_msg_t *m, const ompi_communicator_t *comm)
 {
@@ -70,15 +75,40 @@ static bool excid_same(const rustofi_excid_msg_t *m, const ompi_communicator_t *
         && m->cid_sub == comm->c_contextid.cid_sub.u64;
 }
 
-static void excid_send_done(struct mca_mtl_request_t *req)
+/* The communicator of index message `m`, if added; with excid_lock held. */
+static struct mca_mtl_comm_t *excid_find(const rustofi_excid_msg_t *m)
 {
-    free(req);
+    struct mca_mtl_comm_t *mc = excid_comms;
+    while (NULL != mc && !excid_same(m, mc->comm)) {
+        mc = mc->next;
+    }
+    return mc;
 }
 
-/* Sends this rank's index of `comm` to its rank `dest`. */
-static int excid_send(ompi_communicator_t *comm, int dest)
+static void excid_send_done(struct mca_mtl_request_t *req);
+
+/* This rank's index message for `comm`. */
+static rustofi_excid_msg_t excid_msg_of(const ompi_communicator_t *comm)
 {
-    size_t peer = peer_of(comm, dest);
+    rustofi_excid_msg_t m = {
+        .cid_base = comm->c_contextid.cid_base,
+        .cid_sub = comm->c_contextid.cid_sub.u64,
+        .c_index = comm->c_index,
+        .rank = comm->c_my_rank,
+    };
+    return m;
+}
+
+/* Sends index message `m` to rank `dest` (its `peer` handle, 0 when
+ * unreachable) of the communicator: a synchronous send, so that it fails
+ * if the peer is lost before it takes the message (the core watches the
+ * peers that synchronous sends wait on), and the wait for the peer's
+ * answer can end with an error instead of lasting for good. `resent` marks
+ * the one resend after a failure (excid_send_failed). Not to be called
+ * with excid_lock held: a send may deliver completions, which may land in
+ * this file's callbacks. */
+static int excid_send(size_t peer, const rustofi_excid_msg_t *m, int dest, bool resent)
+{
     if (0 == peer) {
         return OMPI_ERR_UNREACH;
     }
@@ -86,17 +116,16 @@ static int excid_send(ompi_communicator_t *comm, int dest)
     if (NULL == s) {
         return OMPI_ERR_OUT_OF_RESOURCE;
     }
-    s->msg.cid_base = comm->c_contextid.cid_base;
-    s->msg.cid_sub = comm->c_contextid.cid_sub.u64;
-    s->msg.c_index = comm->c_index;
-    s->msg.rank = comm->c_my_rank;
+    s->msg = *m;
+    s->dest = dest;
+    s->resent = resent;
     s->b.u.head.mtl.ompi_req = NULL;
     s->b.u.head.mtl.completion_callback = (void (*)(MtlRequest *)) excid_send_done;
     s->b.u.head.convertor = NULL;
     s->b.u.head.buffer = &s->msg;
     s->b.u.head.length = sizeof(s->msg);
     s->b.u.head.free_after = false;
-    int rc = rustofi_isend(peer, RUSTOFI_EXCID_CTX, comm->c_my_rank, 0, false, &s->b.u.head);
+    int rc = rustofi_isend(peer, RUSTOFI_EXCID_CTX, m->rank, 0, true, &s->b.u.head);
     if (rc < 0) {
         free(s);
         return OMPI_ERROR;
@@ -106,6 +135,57 @@ static int excid_send(ompi_communicator_t *comm, int dest)
         cb_send_complete(&s->b.u.head, STATUS_OK);
     }
     return OMPI_SUCCESS;
+}
+
+/* excid_send of this rank's index of `comm`, which the caller holds. */
+static int excid_send_to(ompi_communicator_t *comm, int dest)
+{
+    rustofi_excid_msg_t m = excid_msg_of(comm);
+    return excid_send(peer_of(comm, dest), &m, dest, false);
+}
+
+/* An index send failed after it started (its peer lost, or a completion
+ * error). If the peer's own index has not come, the sends waiting for it
+ * (excid_wait) would wait for good: the state goes back to not exchanged,
+ * which ends their wait with an error, and a later send tries again. If
+ * it has come (it crossed ours), the peer waits for ours: it is sent once
+ * more. */
+static void excid_send_failed(const rustofi_excid_send_t *s)
+{
+    __atomic_add_fetch(&excid_nfailed, 1, __ATOMIC_RELAXED);
+    opal_output(0, "mtl_rustofi: this rank's index of a communicator made from a group could not "
+                   "be delivered to its rank %d%s", s->dest,
+                s->resent ? " (a second time)" : "");
+    bool again = false;
+    size_t peer = 0;
+    rustofi_excid_msg_t m;
+    pthread_mutex_lock(&excid_lock);
+    struct mca_mtl_comm_t *mc = excid_find(&s->msg);
+    if (NULL != mc && s->dest >= 0 && s->dest < mc->size) {
+        int expected = CID_EXCHANGING;
+        if (!__atomic_compare_exchange_n(&mc->peer[s->dest].state, &expected, CID_NOT_EXCHANGED,
+                                         false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
+            && CID_EXCHANGED == expected && !s->resent) {
+            /* taken under the lock: the communicator may go once it is out */
+            again = true;
+            peer = peer_of(mc->comm, s->dest);
+            m = excid_msg_of(mc->comm);
+        }
+    }
+    pthread_mutex_unlock(&excid_lock);
+    if (again && OMPI_SUCCESS != excid_send(peer, &m, s->dest, true)) {
+        opal_output(0, "mtl_rustofi: could not send the communicator index to rank %d again",
+                    s->dest);
+    }
+}
+
+static void excid_send_done(struct mca_mtl_request_t *req)
+{
+    rustofi_excid_send_t *s = (rustofi_excid_send_t *) req;
+    if (OMPI_SUCCESS != s->b.error) {
+        excid_send_failed(s);
+    }
+    free(s);
 }
 
 /* Records a peer's index; called with excid_lock held. Returns whether this
@@ -126,12 +206,11 @@ static bool excid_apply(struct mca_mtl_comm_t *mc, const rustofi_excid_msg_t *m)
 
 static void excid_received(const rustofi_excid_msg_t *m)
 {
-    ompi_communicator_t *reply = NULL;
+    bool reply = false;
+    size_t peer = 0;
+    rustofi_excid_msg_t ours;
     pthread_mutex_lock(&excid_lock);
-    struct mca_mtl_comm_t *mc = excid_comms;
-    while (NULL != mc && !excid_same(m, mc->comm)) {
-        mc = mc->next;
-    }
+    struct mca_mtl_comm_t *mc = excid_find(m);
     if (NULL == mc) {
         rustofi_excid_pending_t *p = malloc(sizeof(*p));
         if (NULL != p) {
@@ -144,16 +223,32 @@ static void excid_received(const rustofi_excid_msg_t *m)
                         "rank %d is lost", m->rank);
         }
     } else if (excid_apply(mc, m)) {
-        reply = mc->comm;
+        /* taken under the lock: the communicator may go once it is out */
+        reply = true;
+        peer = peer_of(mc->comm, m->rank);
+        ours = excid_msg_of(mc->comm);
     }
     pthread_mutex_unlock(&excid_lock);
-    /* outside the lock: a send may deliver completions, which may land here */
-    if (NULL != reply && OMPI_SUCCESS != excid_send(reply, m->rank)) {
+    if (reply && OMPI_SUCCESS != excid_send(peer, &ours, m->rank, false)) {
         opal_output(0, "mtl_rustofi: could not send the communicator index to rank %d", m->rank);
     }
 }
 
 static int excid_post(void);
+
+/* The completion of the index receive, delivered by whichever thread's
+ * progress (or post) finished it. Posting the receive again may find the
+ * next index message queued and finish at once, inside the post: nested so,
+ * a thread would go one call deeper per queued message, and thousands of
+ * ranks sending first to one that has not polled would overflow its stack.
+ * So a completion that comes while this thread handles one is stashed (one
+ * at most: one receive is posted at a time, and the stashed one is not
+ * posted again until the outer call does it) and handled by the outer
+ * call's loop. Another thread's completion is handled by that thread. */
+static __thread int excid_depth; /* this thread's calls handling a message */
+static __thread bool excid_stashed;
+static __thread bool excid_stash_ok;
+static __thread rustofi_excid_msg_t excid_stash;
 
 static void excid_rx_done(struct mca_mtl_request_t *req)
 {
@@ -164,13 +259,32 @@ static void excid_rx_done(struct mca_mtl_request_t *req)
     if (!excid_running) {
         return;
     }
-    if (OMPI_SUCCESS != excid_post()) {
-        opal_output(0, "mtl_rustofi: could not repost the communicator index receive");
+    if (excid_depth > 0) {
+        __atomic_add_fetch(&excid_nqueued, 1, __ATOMIC_RELAXED);
+        excid_stash = m;
+        excid_stash_ok = ok;
+        excid_stashed = true;
+        return;
     }
-    if (ok) {
-        __atomic_add_fetch(&excid_nrecv, 1, __ATOMIC_RELAXED);
-        excid_received(&m);
+    if (++excid_depth > __atomic_load_n(&excid_depth_max, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&excid_depth_max, excid_depth, __ATOMIC_RELAXED);
     }
+    for (;;) {
+        if (OMPI_SUCCESS != excid_post()) {
+            opal_output(0, "mtl_rustofi: could not repost the communicator index receive");
+        }
+        if (ok) {
+            __atomic_add_fetch(&excid_nrecv, 1, __ATOMIC_RELAXED);
+            excid_received(&m);
+        }
+        if (!excid_stashed) {
+            break;
+        }
+        excid_stashed = false;
+        m = excid_stash;
+        ok = excid_stash_ok;
+    }
+    excid_depth--;
 }
 
 static int excid_post(void)
@@ -196,8 +310,9 @@ void rustofi_excid_stop(void)
 {
     if (rustofi_param_verbose >= 1 && (excid_nsent > 0 || excid_nrecv > 0)) {
         fprintf(stderr, "mtl_rustofi: rank %u communicator index exchanges excid_sent=%d "
-                "excid_recv=%d excid_waited=%d\n", OMPI_PROC_MY_NAME->vpid, excid_nsent,
-                excid_nrecv, excid_nwaited);
+                "excid_recv=%d excid_waited=%d excid_queued=%d excid_depth=%d "
+                "excid_failed=%d\n", OMPI_PROC_MY_NAME->vpid, excid_nsent, excid_nrecv,
+                excid_nwaited, excid_nqueued, excid_depth_max, excid_nfailed);
     }
     excid_running = false;
     (void) rustofi_cancel(&excid_rx.u.head);
@@ -283,7 +398,7 @@ int rustofi_add_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator
      * would otherwise read the freed communicator. */
     int ret = OMPI_SUCCESS;
     for (int i = 0; i < nreplies; i++) {
-        if (OMPI_SUCCESS != excid_send(comm, replies[i])) {
+        if (OMPI_SUCCESS != excid_send_to(comm, replies[i])) {
             opal_output(0, "mtl_rustofi: could not send this rank's index of a new communicator "
                            "to its rank %d", replies[i]);
             ret = OMPI_ERROR;
@@ -315,19 +430,28 @@ int rustofi_del_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator
     return OMPI_SUCCESS;
 }
 
-/* Waits for rank `dest`'s index of `comm`. A rank that never makes the
- * communicator, or is gone, leaves this wait for good, and nothing else
- * would say why the send does not return: so it says so once the wait has
- * lasted the peer timeout (30 s where that is 0), and again each time as
- * long again has passed. The clock is read once in 65536 rounds. */
-static void excid_wait(ompi_communicator_t *comm, int dest, const struct rustofi_cid_peer *p)
+/* Waits for rank `dest`'s index of `comm`, after this rank's own was sent
+ * (by this thread or another). Ends with an error if that send fails (the
+ * state goes back to not exchanged: excid_send_failed, or at once in
+ * send_cid_exchanged). A rank that never makes the communicator leaves
+ * this wait for good, and nothing else would say why the send does not
+ * return: so it says so once the wait has lasted the peer timeout (30 s
+ * where that is 0), and again each time as long again has passed. The
+ * clock is read once in 65536 rounds. */
+static int excid_wait(ompi_communicator_t *comm, int dest, const struct rustofi_cid_peer *p)
 {
     long every = rustofi_param_peer_timeout > 0 ? rustofi_param_peer_timeout : 30;
     long next = every;
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (unsigned spins = 1; CID_EXCHANGED != __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
-         spins++) {
+    for (unsigned spins = 1;; spins++) {
+        int state = __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
+        if (CID_EXCHANGED == state) {
+            return OMPI_SUCCESS;
+        }
+        if (CID_NOT_EXCHANGED == state) {
+            return OMPI_ERR_UNREACH;
+        }
         opal_progress();
         if (0 != (spins & 0xffff)) {
             continue;
@@ -358,11 +482,11 @@ __attribute__((noinline)) int send_cid_exchanged(struct ompi_communicator_t *com
         int expected = CID_NOT_EXCHANGED;
         if (__atomic_compare_exchange_n(&p->state, &expected, CID_EXCHANGING, false,
                                         __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-            int ret = excid_send(comm, dest);
+            int ret = excid_send_to(comm, dest);
             if (OMPI_SUCCESS != ret) {
                 /* Not sent (the peer unreachable, or out of memory): this
-                 * send fails, and the next one tries again instead of
-                 * waiting for an answer that cannot come. If the peer's
+                 * send fails, so do those of other threads waiting for the
+                 * same answer, and the next one tries again. If the peer's
                  * index arrived meanwhile (EXCHANGED), it stays known. */
                 expected = CID_EXCHANGING;
                 __atomic_compare_exchange_n(&p->state, &expected, CID_NOT_EXCHANGED, false,
@@ -370,7 +494,10 @@ __attribute__((noinline)) int send_cid_exchanged(struct ompi_communicator_t *com
                 return ret;
             }
         }
-        excid_wait(comm, dest, p);
+        int ret = excid_wait(comm, dest, p);
+        if (OMPI_SUCCESS != ret) {
+            return ret;
+        }
     }
     *cid = p->c_index;
     return OMPI_SUCCESS;

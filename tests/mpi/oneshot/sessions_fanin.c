@@ -6,13 +6,16 @@
  *
  * Run with mtl_rustofi_fault_inject late_comm, rank 0 registers the
  * communicator only once all those messages wait for it (tests/excid_fanin.sh).
- * Rank 0 receives one message from every other rank (MPI_ANY_SOURCE) and
- * answers each; every rank checks what it got. Rank 0 prints
+ * With an argument S, rank 0 waits S seconds outside MPI once it has the
+ * communicator, so that every peer's index message is there when it next
+ * drives progress. Rank 0 receives one message from every other rank
+ * (MPI_ANY_SOURCE) and answers each; every rank checks what it got. Rank 0 prints
  * "PASS sessions_fanin"; a failure prints "FAIL: ..." and aborts.
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define CHECK(call)                                                            \
     do {                                                                       \
@@ -24,8 +27,9 @@
         }                                                                      \
     } while (0)
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int pause_s = argc > 1 ? atoi(argv[1]) : 0;
     MPI_Session session;
     MPI_Group world;
     MPI_Comm comm;
@@ -37,6 +41,9 @@ int main(void)
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     if (rank == 0) {
+        if (pause_s > 0) {
+            sleep((unsigned)pause_s); /* the peers' index messages pile up */
+        }
         char *seen = calloc((size_t)size, 1);
         for (int i = 1; i < size; i++) {
             int v = -1;

@@ -11,6 +11,10 @@
  *              itself; rank 0 then posts the MPI_Recv: it fails
  *   eager_recv rank 1 kills itself; rank 0's MPI_Recv from it fails
  *   probe      rank 1 kills itself; rank 0's MPI_Probe for it fails
+ *   excid      (Open MPI 5) every rank makes a communicator through MPI
+ *              sessions, whose members index it each their own way; rank 1
+ *              kills itself, and rank 0's first MPI_Send to it there, which
+ *              must first exchange indexes with it, fails
  *   busy       rank 1 sleeps SECONDS outside MPI, then sends: rank 0's
  *              MPI_Recv from it must succeed (a busy peer is not dead)
  *   silent     rank 1 prints "READY <pid>" and waits outside MPI for the
@@ -50,6 +54,36 @@ static void die(const char *why)
     _exit(1);
 }
 
+/* A communicator of every rank made through MPI sessions (Open MPI 5),
+ * with MPI_ERRORS_RETURN, and ranks in the order 2, 0, 1. Open MPI's
+ * collectives as it makes the communicator (rooted at its rank 0, here
+ * world rank 2) exchange indexes between that rank and each other one, so
+ * that world ranks 0 and 1 have not exchanged theirs when it returns.
+ * `*rank1` is world rank 1's rank in it. */
+static MPI_Comm sessions_comm(int *rank1)
+{
+#if OMPI_MAJOR_VERSION >= 5
+    MPI_Session session;
+    MPI_Group world, order;
+    MPI_Comm comm;
+    const int ranks[3] = {2, 0, 1};
+    int one = 1;
+    if (MPI_SUCCESS != MPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, &session)
+        || MPI_SUCCESS != MPI_Group_from_session_pset(session, "mpi://WORLD", &world)
+        || MPI_SUCCESS != MPI_Group_incl(world, 3, ranks, &order)
+        || MPI_SUCCESS != MPI_Group_translate_ranks(world, 1, &one, order, rank1)
+        || MPI_SUCCESS != MPI_Comm_create_from_group(order, "rustofi.peer_death", MPI_INFO_NULL,
+                                                     MPI_ERRORS_RETURN, &comm)) {
+        die("could not make the sessions communicator");
+    }
+    return comm;
+#else
+    (void) rank1;
+    die("mode excid needs Open MPI 5 (MPI sessions)");
+    return MPI_COMM_NULL;
+#endif
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -67,6 +101,11 @@ int main(int argc, char **argv)
         die("out of memory");
     }
     int busy = 0 == strcmp(mode, "busy");
+    MPI_Comm op_comm = MPI_COMM_WORLD; /* where rank 0's operation goes */
+    int op_peer = 1;                   /* rank 1 there */
+    if (0 == strcmp(mode, "excid")) {
+        op_comm = sessions_comm(&op_peer);
+    }
     /* Every pair talks once, so connections exist before the death. */
     for (int peer = 0; peer < size; peer++) {
         if (peer != rank) {
@@ -102,7 +141,7 @@ int main(int argc, char **argv)
             for (;;) {
                 pause();
             }
-        } else if (strcmp(mode, "eager_recv") && strcmp(mode, "probe")) {
+        } else if (strcmp(mode, "eager_recv") && strcmp(mode, "probe") && strcmp(mode, "excid")) {
             die("unknown mode");
         }
         printf("rank 1 kills itself (pid %d)\n", (int) getpid());
@@ -130,6 +169,10 @@ int main(int argc, char **argv)
         rc = MPI_Recv(buf, RNDV, MPI_CHAR, 1, TAG_OP, MPI_COMM_WORLD, &st);
     } else if (0 == strcmp(mode, "probe")) {
         rc = MPI_Probe(1, TAG_OP, MPI_COMM_WORLD, &st);
+    } else if (0 == strcmp(mode, "excid")) {
+        sleep(1); /* rank 1 is gone by now */
+        t0 = now();
+        rc = MPI_Send(buf, 64, MPI_CHAR, op_peer, TAG_OP, op_comm);
     } else {
         rc = MPI_Recv(buf, RNDV, MPI_CHAR, 1, TAG_OP, MPI_COMM_WORLD, &st);
     }
