@@ -18,8 +18,9 @@
 #            waits in a receive from it: the receive must succeed;
 #   excid    (Open MPI 5) as eager_recv, but rank 0's operation is its
 #            first MPI_Send to rank 1 on a communicator made through MPI
-#            sessions, which waits for rank 1's index of it: the send
-#            must fail (rank 1's index never comes).
+#            sessions, which waits for rank 1's index of it, made by two
+#            threads at once: both sends must fail (rank 1's index never
+#            comes).
 # Providers: tcp and udp with the shm rail off (every peer over the network
 # provider); "shm": tcp with the own shared-memory rail, and "fishm": tcp
 # with libfabric's shm provider as the rail, each carrying every peer here.
@@ -32,7 +33,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=$RUSTOFI_TARGET/peerfail
 mkdir -p "$BUILD_DIR"
 PROG=$BUILD_DIR/peer_death
-mpicc -O2 -Wall -Werror -o "$PROG" "$REPO/tests/mpi/peerfail/peer_death.c"
+mpicc -O2 -Wall -Werror -pthread -o "$PROG" "$REPO/tests/mpi/peerfail/peer_death.c"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_mca_base_component_path=$RUSTOFI_MCA_DIR:$OMPI_COMPONENT_DIR
 unset OMPI_MCA_pml OMPI_MCA_mtl
