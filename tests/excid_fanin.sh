@@ -28,6 +28,12 @@
 #    show that (excid_queued >= 2) and that it handled them one after the
 #    other, not one call deeper each (excid_depth = 1; a build that nested
 #    reached 5 here, and would overflow its stack at thousands of ranks).
+# 4. With mtl_rustofi_fault_inject excid_lost: rank 0's first index
+#    message (its answer to the first peer heard from) is held back and
+#    reported failed once that peer's index is here, so the failure finds
+#    the two crossed; the peer waits for rank 0's index, which must be sent
+#    again: the job passes and rank 0 reports excid_failed=1 (a build that
+#    did not send it again left that peer waiting for good).
 # Environment: OMPI_PREFIX (an Open MPI 5 install, see
 # scripts/ompi-prefix.sh), RUSTOFI_MCA_DIR, OMPI_COMPONENT_DIR.
 set -euo pipefail
@@ -95,6 +101,15 @@ if [ "$waited" -ge 0 ] && [ "${queued:-0}" -ge 2 ] && [ "$depth" = 1 ]; then
   echo "ok: excid_fanin np $np, rank 0 away 1 s: $queued index message(s) found queued by the re-posted receive, handled one call deep"
 else
   echo "FAIL: excid_fanin np $np, rank 0 away 1 s: waited=$waited excid_queued=${queued:-?} (want >= 2) excid_depth=${depth:-?} (want 1) ($log)"
+  fails=$((fails + 1))
+fi
+waited=$(run excid_lost 0)
+log=$BUILD_DIR/np$np.excid_lost.0.log
+failed=$(rank0 excid_failed "$log")
+if [ "$waited" -ge 0 ] && [ "$failed" = 1 ] && grep -q "fault_inject excid_lost: the index message to rank" "$log"; then
+  echo "ok: excid_fanin np $np, excid_lost: rank 0's first index message failed after the peer's crossed it, was sent again, and the job passed"
+else
+  echo "FAIL: excid_fanin np $np, excid_lost: waited=$waited excid_failed=${failed:-?} (want 1) ($log)"
   fails=$((fails + 1))
 fi
 exit $((fails > 0))

@@ -87,6 +87,33 @@ static struct mca_mtl_comm_t *excid_find(const rustofi_excid_msg_t *m)
 
 static void excid_send_done(struct mca_mtl_request_t *req);
 
+/* fault_inject excid_lost (testing): rank 0's first index send is not
+ * made but held here, and reported failed (excid_lost_release) once the
+ * peer's own index has arrived, so that its failure finds the two crossed:
+ * the peer waits for this rank's index, which must be sent again. */
+static rustofi_excid_send_t *excid_lost_held;
+static bool excid_lost_done;
+
+static __attribute__((cold)) bool excid_lost_chosen(void)
+{
+    return 0 == OMPI_PROC_MY_NAME->vpid
+        && 0 == strcmp(rustofi_enum_text(RUSTOFI_ENUM_FAULT_INJECT), "excid_lost");
+}
+
+/* Whether the fault takes this send (the first one of rank 0). */
+static bool excid_lost_takes(rustofi_excid_send_t *s)
+{
+    if (excid_lost_done || !excid_lost_chosen()) {
+        return false;
+    }
+    excid_lost_done = true;
+    __atomic_add_fetch(&excid_nsent, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&excid_lost_held, s, __ATOMIC_RELEASE);
+    opal_output(0, "mtl_rustofi: fault_inject excid_lost: the index message to rank %d is held "
+                   "back, to be reported failed once that rank's index is here", s->dest);
+    return true;
+}
+
 /* This rank's index message for `comm`. */
 static rustofi_excid_msg_t excid_msg_of(const ompi_communicator_t *comm)
 {
@@ -125,6 +152,9 @@ static int excid_send(size_t peer, const rustofi_excid_msg_t *m, int dest, bool 
     s->b.u.head.buffer = &s->msg;
     s->b.u.head.length = sizeof(s->msg);
     s->b.u.head.free_after = false;
+    if (OPAL_UNLIKELY(excid_lost_takes(s))) {
+        return OMPI_SUCCESS;
+    }
     int rc = rustofi_isend(peer, RUSTOFI_EXCID_CTX, m->rank, 0, true, &s->b.u.head);
     if (rc < 0) {
         free(s);
@@ -188,6 +218,24 @@ static void excid_send_done(struct mca_mtl_request_t *req)
     free(s);
 }
 
+/* excid_lost: reports the held send failed once its peer's index is known. */
+static void excid_lost_release(void)
+{
+    rustofi_excid_send_t *s = __atomic_load_n(&excid_lost_held, __ATOMIC_ACQUIRE);
+    if (OPAL_LIKELY(NULL == s)) {
+        return;
+    }
+    pthread_mutex_lock(&excid_lock);
+    struct mca_mtl_comm_t *mc = excid_find(&s->msg);
+    bool known = NULL != mc && s->dest < mc->size
+              && CID_EXCHANGED == __atomic_load_n(&mc->peer[s->dest].state, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&excid_lock);
+    if (known && __atomic_compare_exchange_n(&excid_lost_held, &s, NULL, false, __ATOMIC_ACQ_REL,
+                                             __ATOMIC_ACQUIRE)) {
+        cb_send_complete(&s->b.u.head, STATUS_FAILED);
+    }
+}
+
 /* Records a peer's index; called with excid_lock held. Returns whether this
  * rank must now send its own index back. */
 static bool excid_apply(struct mca_mtl_comm_t *mc, const rustofi_excid_msg_t *m)
@@ -232,6 +280,7 @@ static void excid_received(const rustofi_excid_msg_t *m)
     if (reply && OMPI_SUCCESS != excid_send(peer, &ours, m->rank, false)) {
         opal_output(0, "mtl_rustofi: could not send the communicator index to rank %d", m->rank);
     }
+    excid_lost_release();
 }
 
 static int excid_post(void);
@@ -405,6 +454,7 @@ int rustofi_add_comm(struct mca_mtl_base_module_t *mtl, struct ompi_communicator
         }
     }
     free(replies);
+    excid_lost_release();
     if (OMPI_SUCCESS != ret) {
         rustofi_del_comm(mtl, comm);
     }

@@ -39,7 +39,7 @@ static const mca_base_var_enum_value_t shm_values[] = {
     {2, "auto"}, {1, "on"}, {0, "off"}, {3, "libfabric"}, {0, NULL}};
 static const mca_base_var_enum_value_t fault_inject_values[] = {
     {0, "none"}, {1, "rma_key"}, {2, "bad_packet"}, {3, "lose_data"},
-    {4, "lose_whole"}, {5, "late_comm"}, {0, NULL}};
+    {4, "lose_whole"}, {5, "late_comm"}, {6, "excid_lost"}, {0, NULL}};
 
 typedef struct {
     const char *name;
@@ -84,7 +84,8 @@ static rustofi_enum_param_t enum_params[RUSTOFI_ENUM_COUNT] = {
         "1000th data packet as lost whole, so that the stalled transfer is repaired) or "
         "late_comm (Open MPI 5: rank 0 drives progress for 3 s before it registers a "
         "communicator that needs the index exchange, so that its peers' index messages arrive "
-        "before it)",
+        "before it) or excid_lost (Open MPI 5: rank 0's first index message is not sent, and "
+        "is reported failed once the peer's own index has arrived)",
         OPAL_INFO_LVL_9, fault_inject_values},
     [RUSTOFI_ENUM_TAGGED] = {
         "tagged",

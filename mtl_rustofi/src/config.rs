@@ -48,12 +48,16 @@ pub(crate) enum Fault {
     /// a packet the provider garbled), so that the repair runs over a
     /// real provider.
     LoseWhole,
-    /// Open MPI 5: rank 0 of the job registers a communicator that needs
-    /// the index exchange only once every peer's index message for it has
-    /// arrived (or 30 s have passed), driving progress meanwhile, so that
-    /// all of them wait for the communicator (the shim's `rustofi_add_comm`;
-    /// the engine does nothing with it).
+    /// Open MPI 5: rank 0 of the job drives progress for 3 s before it
+    /// registers a communicator that needs the index exchange, so that its
+    /// peers' index messages arrive before the communicator and wait for
+    /// it (the shim's `rustofi_add_comm`; the engine does nothing with it).
     LateComm,
+    /// Open MPI 5: rank 0's first index message is not sent; it is held
+    /// until the peer's own index has arrived and then reported failed, so
+    /// that the failure finds the two crossed and the index must be sent
+    /// again (the shim's `excid_send`; the engine does nothing with it).
+    ExcidLost,
 }
 
 /// Validated settings.
@@ -285,10 +289,11 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         "lose_data" => Fault::LoseData,
         "lose_whole" => Fault::LoseWhole,
         "late_comm" => Fault::LateComm,
+        "excid_lost" => Fault::ExcidLost,
         other => {
             return Err(format!(
                 "mtl_rustofi_fault_inject = '{other}' is invalid: use none, rma_key, \
-                 bad_packet, lose_data, lose_whole or late_comm"
+                 bad_packet, lose_data, lose_whole, late_comm or excid_lost"
             ))
         }
     };
@@ -709,6 +714,7 @@ mod tests {
             ("lose_data", Fault::LoseData),
             ("lose_whole", Fault::LoseWhole),
             ("late_comm", Fault::LateComm),
+            ("excid_lost", Fault::ExcidLost),
         ] {
             let mut p = raw();
             p.fault_inject = Some(name);

@@ -376,8 +376,12 @@ fn shm_only(s: &config::Settings) -> bool {
         && s.include.is_empty()
         && s.exclude.is_empty()
         && s.nic.is_empty()
-        // The faults of the network rails; late_comm is the shim's own.
-        && matches!(s.fault, config::Fault::None | config::Fault::LateComm)
+        // The faults of the network rails; late_comm and excid_lost are
+        // the shim's own.
+        && matches!(
+            s.fault,
+            config::Fault::None | config::Fault::LateComm | config::Fault::ExcidLost
+        )
 }
 
 /// A positive count from the environment (set by Open MPI's launcher).
