@@ -74,42 +74,38 @@ run() { # FAULT PAUSE [MCA args]: runs the job; prints how many messages waited 
 rank0() { # FIELD LOG: a field of rank 0's finalize line
   sed -n "s/.*rank 0 communicator index exchanges .*$1=\\([0-9]*\\).*/\\1/p" "$2"
 }
-waited=$(run late_comm 0 --mca mtl_rustofi_peer_timeout 1)
+judge() { # STATUS WHAT OK-TEXT FAIL-TEXT: prints a run's verdict, counts failures
+  if [ "$1" = 0 ]; then
+    echo "ok: excid_fanin np $np, $2: $3"
+  else
+    echo "FAIL: excid_fanin np $np, $2: $4"
+    fails=$((fails + 1))
+  fi
+}
 said="has waited [0-9]* s for that rank's index of the communicator"
+waited=$(run late_comm 0 --mca mtl_rustofi_peer_timeout 1)
 log=$BUILD_DIR/np$np.late_comm.0.log
-if [ "$waited" -ge 1 ] && grep -q "$said" "$log"; then
-  echo "ok: excid_fanin np $np, late_comm: $waited index message(s) waited for the communicator and were answered; $(grep -c "$said" "$log") wait(s) reported: $(grep -m1 "$said" "$log")"
-elif [ "$waited" -ge 1 ]; then
-  echo "FAIL: excid_fanin np $np, late_comm: no send said it waited for rank 0's index ($log)"
-  fails=$((fails + 1))
-else
-  echo "FAIL: excid_fanin np $np, late_comm: no index message waited for the communicator (excid_waited: $waited)"
-  fails=$((fails + 1))
-fi
+st=0
+[ "$waited" -ge 1 ] && grep -q "$said" "$log" || st=1
+judge $st late_comm "$waited index message(s) waited for the communicator and were answered; $(grep -c "$said" "$log") wait(s) reported: $(grep -m1 "$said" "$log")" \
+  "excid_waited=$waited (want >= 1), and a send that waited must say so ($log)"
 waited=$(run none 0)
-if [ "$waited" -ge 0 ]; then
-  echo "ok: excid_fanin np $np, no fault: passed ($waited index message(s) waited)"
-else
-  echo "FAIL: excid_fanin np $np, no fault (excid_waited: $waited)"
-  fails=$((fails + 1))
-fi
+st=0
+[ "$waited" -ge 0 ] || st=1
+judge $st "no fault" "passed ($waited index message(s) waited)" "excid_waited: $waited"
 waited=$(run none 1)
 log=$BUILD_DIR/np$np.none.1.log
 queued=$(rank0 excid_queued "$log")
 depth=$(rank0 excid_depth "$log")
-if [ "$waited" -ge 0 ] && [ "${queued:-0}" -ge 2 ] && [ "$depth" = 1 ]; then
-  echo "ok: excid_fanin np $np, rank 0 away 1 s: $queued index message(s) found queued by the re-posted receive, handled one call deep"
-else
-  echo "FAIL: excid_fanin np $np, rank 0 away 1 s: waited=$waited excid_queued=${queued:-?} (want >= 2) excid_depth=${depth:-?} (want 1) ($log)"
-  fails=$((fails + 1))
-fi
+st=0
+[ "$waited" -ge 0 ] && [ "${queued:-0}" -ge 2 ] && [ "$depth" = 1 ] || st=1
+judge $st "rank 0 away 1 s" "$queued index message(s) found queued by the re-posted receive, handled one call deep" \
+  "waited=$waited excid_queued=${queued:-?} (want >= 2) excid_depth=${depth:-?} (want 1) ($log)"
 waited=$(run excid_lost 0)
 log=$BUILD_DIR/np$np.excid_lost.0.log
 failed=$(rank0 excid_failed "$log")
-if [ "$waited" -ge 0 ] && [ "$failed" = 1 ] && grep -q "fault_inject excid_lost: the index message to rank" "$log"; then
-  echo "ok: excid_fanin np $np, excid_lost: rank 0's first index message failed after the peer's crossed it, was sent again, and the job passed"
-else
-  echo "FAIL: excid_fanin np $np, excid_lost: waited=$waited excid_failed=${failed:-?} (want 1) ($log)"
-  fails=$((fails + 1))
-fi
+st=0
+[ "$waited" -ge 0 ] && [ "$failed" = 1 ] && grep -q "fault_inject excid_lost: the index message to rank" "$log" || st=1
+judge $st excid_lost "rank 0's first index message failed after the peer's crossed it, was sent again, and the job passed" \
+  "waited=$waited excid_failed=${failed:-?} (want 1) ($log)"
 exit $((fails > 0))
