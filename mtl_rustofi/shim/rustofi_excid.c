@@ -94,16 +94,17 @@ static void excid_send_done(struct mca_mtl_request_t *req);
 static rustofi_excid_send_t *excid_lost_held;
 static bool excid_lost_done;
 
-static __attribute__((cold)) bool excid_lost_chosen(void)
+/* Whether this is rank 0 of the job under the shim's own fault `name`. */
+static __attribute__((cold)) bool rank0_fault(const char *name)
 {
     return 0 == OMPI_PROC_MY_NAME->vpid
-        && 0 == strcmp(rustofi_enum_text(RUSTOFI_ENUM_FAULT_INJECT), "excid_lost");
+        && 0 == strcmp(rustofi_enum_text(RUSTOFI_ENUM_FAULT_INJECT), name);
 }
 
 /* Whether the fault takes this send (the first one of rank 0). */
 static bool excid_lost_takes(rustofi_excid_send_t *s)
 {
-    if (excid_lost_done || !excid_lost_chosen()) {
+    if (excid_lost_done || !rank0_fault("excid_lost")) {
         return false;
     }
     excid_lost_done = true;
@@ -114,37 +115,48 @@ static bool excid_lost_takes(rustofi_excid_send_t *s)
     return true;
 }
 
-/* This rank's index message for `comm`. */
-static rustofi_excid_msg_t excid_msg_of(const ompi_communicator_t *comm)
+/* This rank's index message for rank `dest` of `comm`, with the peer's
+ * handle (0 when unreachable): taken while the communicator is sure to
+ * exist (its caller has it, or excid_lock is held), sent after. */
+typedef struct {
+    size_t peer;
+    int dest;
+    rustofi_excid_msg_t msg;
+} rustofi_excid_out_t;
+
+static rustofi_excid_out_t excid_out(ompi_communicator_t *comm, int dest)
 {
-    rustofi_excid_msg_t m = {
-        .cid_base = comm->c_contextid.cid_base,
-        .cid_sub = comm->c_contextid.cid_sub.u64,
-        .c_index = comm->c_index,
-        .rank = comm->c_my_rank,
+    rustofi_excid_out_t o = {
+        .peer = peer_of(comm, dest),
+        .dest = dest,
+        .msg = {
+            .cid_base = comm->c_contextid.cid_base,
+            .cid_sub = comm->c_contextid.cid_sub.u64,
+            .c_index = comm->c_index,
+            .rank = comm->c_my_rank,
+        },
     };
-    return m;
+    return o;
 }
 
-/* Sends index message `m` to rank `dest` (its `peer` handle, 0 when
- * unreachable) of the communicator: a synchronous send, so that it fails
+/* Sends index message `o`: a synchronous send, so that it fails
  * if the peer is lost before it takes the message (the core watches the
  * peers that synchronous sends wait on), and the wait for the peer's
  * answer can end with an error instead of lasting for good. `resent` marks
  * the one resend after a failure (excid_send_failed). Not to be called
  * with excid_lock held: a send may deliver completions, which may land in
  * this file's callbacks. */
-static int excid_send(size_t peer, const rustofi_excid_msg_t *m, int dest, bool resent)
+static int excid_send(const rustofi_excid_out_t *o, bool resent)
 {
-    if (0 == peer) {
+    if (0 == o->peer) {
         return OMPI_ERR_UNREACH;
     }
     rustofi_excid_send_t *s = calloc(1, sizeof(*s));
     if (NULL == s) {
         return OMPI_ERR_OUT_OF_RESOURCE;
     }
-    s->msg = *m;
-    s->dest = dest;
+    s->msg = o->msg;
+    s->dest = o->dest;
     s->resent = resent;
     s->b.u.head.mtl.ompi_req = NULL;
     s->b.u.head.mtl.completion_callback = (void (*)(MtlRequest *)) excid_send_done;
@@ -155,7 +167,7 @@ static int excid_send(size_t peer, const rustofi_excid_msg_t *m, int dest, bool 
     if (OPAL_UNLIKELY(excid_lost_takes(s))) {
         return OMPI_SUCCESS;
     }
-    int rc = rustofi_isend(peer, RUSTOFI_EXCID_CTX, m->rank, 0, true, &s->b.u.head);
+    int rc = rustofi_isend(o->peer, RUSTOFI_EXCID_CTX, o->msg.rank, 0, true, &s->b.u.head);
     if (rc < 0) {
         free(s);
         return OMPI_ERROR;
@@ -170,8 +182,17 @@ static int excid_send(size_t peer, const rustofi_excid_msg_t *m, int dest, bool 
 /* excid_send of this rank's index of `comm`, which the caller holds. */
 static int excid_send_to(ompi_communicator_t *comm, int dest)
 {
-    rustofi_excid_msg_t m = excid_msg_of(comm);
-    return excid_send(peer_of(comm, dest), &m, dest, false);
+    rustofi_excid_out_t o = excid_out(comm, dest);
+    return excid_send(&o, false);
+}
+
+/* Rank `dest`'s entry in the communicator of index message `m`, if that
+ * communicator is added here (`*mc` is set to it); with excid_lock held. */
+static struct rustofi_cid_peer *excid_find_peer(const rustofi_excid_msg_t *m, int dest,
+                                                struct mca_mtl_comm_t **mc)
+{
+    *mc = excid_find(m);
+    return NULL != *mc && dest >= 0 && dest < (*mc)->size ? &(*mc)->peer[dest] : NULL;
 }
 
 /* An index send failed after it started (its peer lost, or a completion
@@ -187,23 +208,20 @@ static void excid_send_failed(const rustofi_excid_send_t *s)
                    "be delivered to its rank %d%s", s->dest,
                 s->resent ? " (a second time)" : "");
     bool again = false;
-    size_t peer = 0;
-    rustofi_excid_msg_t m;
+    rustofi_excid_out_t o;
     pthread_mutex_lock(&excid_lock);
-    struct mca_mtl_comm_t *mc = excid_find(&s->msg);
-    if (NULL != mc && s->dest >= 0 && s->dest < mc->size) {
-        int expected = CID_EXCHANGING;
-        if (!__atomic_compare_exchange_n(&mc->peer[s->dest].state, &expected, CID_NOT_EXCHANGED,
-                                         false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
-            && CID_EXCHANGED == expected && !s->resent) {
-            /* taken under the lock: the communicator may go once it is out */
-            again = true;
-            peer = peer_of(mc->comm, s->dest);
-            m = excid_msg_of(mc->comm);
-        }
+    struct mca_mtl_comm_t *mc;
+    struct rustofi_cid_peer *p = excid_find_peer(&s->msg, s->dest, &mc);
+    int expected = CID_EXCHANGING;
+    if (NULL != p
+        && !__atomic_compare_exchange_n(&p->state, &expected, CID_NOT_EXCHANGED, false,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
+        && CID_EXCHANGED == expected && !s->resent) {
+        again = true;
+        o = excid_out(mc->comm, s->dest);
     }
     pthread_mutex_unlock(&excid_lock);
-    if (again && OMPI_SUCCESS != excid_send(peer, &m, s->dest, true)) {
+    if (again && OMPI_SUCCESS != excid_send(&o, true)) {
         opal_output(0, "mtl_rustofi: could not send the communicator index to rank %d again",
                     s->dest);
     }
@@ -226,9 +244,9 @@ static void excid_lost_release(void)
         return;
     }
     pthread_mutex_lock(&excid_lock);
-    struct mca_mtl_comm_t *mc = excid_find(&s->msg);
-    bool known = NULL != mc && s->dest < mc->size
-              && CID_EXCHANGED == __atomic_load_n(&mc->peer[s->dest].state, __ATOMIC_ACQUIRE);
+    struct mca_mtl_comm_t *mc;
+    struct rustofi_cid_peer *p = excid_find_peer(&s->msg, s->dest, &mc);
+    bool known = NULL != p && CID_EXCHANGED == __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
     pthread_mutex_unlock(&excid_lock);
     if (known && __atomic_compare_exchange_n(&excid_lost_held, &s, NULL, false, __ATOMIC_ACQ_REL,
                                              __ATOMIC_ACQUIRE)) {
@@ -255,8 +273,7 @@ static bool excid_apply(struct mca_mtl_comm_t *mc, const rustofi_excid_msg_t *m)
 static void excid_received(const rustofi_excid_msg_t *m)
 {
     bool reply = false;
-    size_t peer = 0;
-    rustofi_excid_msg_t ours;
+    rustofi_excid_out_t ours;
     pthread_mutex_lock(&excid_lock);
     struct mca_mtl_comm_t *mc = excid_find(m);
     if (NULL == mc) {
@@ -271,13 +288,11 @@ static void excid_received(const rustofi_excid_msg_t *m)
                         "rank %d is lost", m->rank);
         }
     } else if (excid_apply(mc, m)) {
-        /* taken under the lock: the communicator may go once it is out */
         reply = true;
-        peer = peer_of(mc->comm, m->rank);
-        ours = excid_msg_of(mc->comm);
+        ours = excid_out(mc->comm, m->rank);
     }
     pthread_mutex_unlock(&excid_lock);
-    if (reply && OMPI_SUCCESS != excid_send(peer, &ours, m->rank, false)) {
+    if (reply && OMPI_SUCCESS != excid_send(&ours, false)) {
         opal_output(0, "mtl_rustofi: could not send the communicator index to rank %d", m->rank);
     }
     excid_lost_release();
@@ -380,8 +395,7 @@ void rustofi_excid_stop(void)
  * communicator does and wait for it. */
 static __attribute__((cold)) void excid_late_comm(void)
 {
-    if (0 != OMPI_PROC_MY_NAME->vpid
-        || 0 != strcmp(rustofi_enum_text(RUSTOFI_ENUM_FAULT_INJECT), "late_comm")) {
+    if (!rank0_fault("late_comm")) {
         return;
     }
     struct timespec t0, t;

@@ -623,12 +623,14 @@ impl Core {
         // after a message rendezvous of anything that it was not told
         // about already.
         let awaits_fin = r.read || !r.cts_sent || (r.msg.is_some() && !r.abort_sent);
-        if awaits_fin && !self.peers[r.peer.index()].lost {
+        // A lost peer is told nothing and asks nothing.
+        let live = !self.peers[r.peer.index()].lost;
+        if awaits_fin && live {
             self.send_fin(r.peer, r.cookie.0, r.failed, out);
         }
-        if r.failed && r.msg.is_some() && r.cts_sent && !self.peers[r.peer.index()].lost {
+        if r.failed && r.msg.is_some() && r.cts_sent && live {
             // Its sender may ask after the failed FIN (`proto/repair.rs`); a
-            // lost peer asks nothing and must not push others out.
+            // lost peer's failure must not push others out.
             self.repair.note_failed(r.peer, id, r.tag_base);
         }
         let status = if r.failed {
