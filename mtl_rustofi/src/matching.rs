@@ -342,6 +342,7 @@ impl<R, U> Matcher<R, U> {
 
     /// Post a receive. Ok((r, env, u)) if it matched an unexpected message
     /// (removed from the queue); Err(id) if queued.
+    #[inline(always)]
     pub fn post(&mut self, sel: Selector, r: R) -> Result<(R, Envelope, U), PostId> {
         if self.unexpected_count != 0 {
             if let Some((env, u)) = self.take_unexpected(&sel) {
@@ -461,9 +462,14 @@ impl<R, U> Matcher<R, U> {
         }
     }
 
-    /// Removes the head of posted bin `key`, if there is one.
+    /// Removes the head of posted bin `key`, if there is one. With
+    /// nothing posted (a message that arrives before its receive) no bin
+    /// is looked up.
     #[inline(always)]
     fn pop_specific_posted(&mut self, key: Key) -> Option<R> {
+        if self.posted_count == 0 {
+            return None;
+        }
         let bin = self.posted_bins.get_mut(&key)?;
         let head = bin.c.pop_front()?;
         if bin.newly_empty() {
@@ -471,6 +477,23 @@ impl<R, U> Matcher<R, U> {
         }
         self.posted_count -= 1;
         Some(head.r)
+    }
+
+    /// Queues a message as unexpected, for a caller whose
+    /// [`Matcher::take_posted`] (or [`Matcher::take_posted_unless_wild`])
+    /// has just found no receive for it, with nothing posted since:
+    /// [`Matcher::arrive`] without its second search of the posted
+    /// queues.
+    #[inline]
+    pub fn queue_unmatched(&mut self, env: Envelope, u: U) {
+        debug_assert!(
+            self.posted_bins
+                .get(&env.key())
+                .is_none_or(|b| b.is_empty())
+                && first_wild(&self.posted_wild, &env, None).is_none(),
+            "queue_unmatched: a posted receive matches {env:?}"
+        );
+        self.push_unexpected(env, u);
     }
 
     fn push_unexpected(&mut self, env: Envelope, u: U) {
@@ -497,6 +520,7 @@ impl<R, U> Matcher<R, U> {
 
     /// Removes and returns the earliest-arrived queued unexpected message
     /// eligible for `sel` (matched probe).
+    #[inline(always)]
     pub fn take_unexpected(&mut self, sel: &Selector) -> Option<(Envelope, U)> {
         if self.unexpected_count == 0 {
             return None;
@@ -601,6 +625,7 @@ impl<R, U> Matcher<R, U> {
 
     /// Removes the head of unexpected bin `key`, if there is one, from the
     /// bin and from the context's arrival index.
+    #[inline(always)]
     fn pop_unexpected(&mut self, key: Key) -> Option<U> {
         let bin = self.unexpected_bins.get_mut(&key)?;
         let head = bin.c.pop_front()?;

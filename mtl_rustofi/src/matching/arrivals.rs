@@ -50,33 +50,53 @@ impl Arrivals {
         self.live += 1;
     }
 
-    /// Removes message `seq`; false if it is not in the index.
-    #[inline]
+    /// Removes message `seq`; false if it is not in the index. The
+    /// common removal, the oldest message with no taken entry behind it,
+    /// is a pop and a comparison.
+    #[inline(always)]
     pub(super) fn remove(&mut self, seq: u64) -> bool {
-        match self.q.front() {
-            Some(a) if a.seq == seq => {
-                self.q.pop_front();
+        if self.q.front().is_some_and(|a| a.seq == seq) {
+            self.q.pop_front();
+            self.live -= 1;
+            // Equal counts: no entry is taken, so there is nothing to pop
+            // or compact. Otherwise tidied only when there is something
+            // to do (a taken entry in the middle waits for its turn).
+            if self.q.len() != self.live && self.untidy() {
+                self.tidy();
             }
-            _ => {
-                let Ok(i) = self.q.binary_search_by_key(&seq, |a| a.seq) else {
-                    return false;
-                };
-                let a = &mut self.q[i];
-                if a.taken {
-                    return false;
-                }
-                a.taken = true;
-            }
+            return true;
         }
+        self.remove_behind(seq)
+    }
+
+    /// [`Self::remove`] of a message behind the front: marked taken.
+    #[inline(never)]
+    fn remove_behind(&mut self, seq: u64) -> bool {
+        let Ok(i) = self.q.binary_search_by_key(&seq, |a| a.seq) else {
+            return false;
+        };
+        let a = &mut self.q[i];
+        if a.taken {
+            return false;
+        }
+        a.taken = true;
         self.live -= 1;
         self.tidy();
         true
     }
 
+    /// Whether [`Self::tidy`] has anything to do.
+    #[inline(always)]
+    fn untidy(&self) -> bool {
+        self.live == 0
+            || self.q.front().is_some_and(|a| a.taken)
+            || self.q.len() - self.live > self.live + SLACK
+    }
+
     /// Pops taken entries off the front; empties the queue once nothing
     /// in it is live; compacts it once taken entries outnumber live ones
     /// by more than [`SLACK`].
-    #[inline]
+    #[inline(never)]
     fn tidy(&mut self) {
         if self.live == 0 {
             self.q.clear();
@@ -182,6 +202,27 @@ mod tests {
         }
         assert_eq!(a.len(), 1);
         assert_eq!(a.first(|_, _| true), Some((0, 0, 0)));
+    }
+
+    #[test]
+    fn removals_at_the_front_compact_what_was_taken_behind() {
+        // 40 entries taken from behind, then the front taken in order: the
+        // taken ones come to outnumber the live ones and are compacted by
+        // a removal at the front.
+        let mut a = filled(100);
+        for seq in 60..100 {
+            assert!(a.remove(seq));
+        }
+        assert_eq!((a.len(), a.held()), (60, 100));
+        for seq in 0..60 {
+            assert!(a.remove(seq));
+            assert!(a.held() <= 2 * a.len() + SLACK + 1, "{} held", a.held());
+            if a.len() < 40 - SLACK {
+                assert_eq!(a.held(), a.len(), "compacted at {seq}");
+            }
+        }
+        assert_eq!(a.held(), 0);
+        assert!(!a.remove(99), "taken already");
     }
 
     #[test]

@@ -242,6 +242,7 @@ impl Core {
     }
 
     /// Hands a matched message to a receive.
+    #[inline(always)]
     fn deliver(&mut self, p: PostedRecv, env: Envelope, u: Unexpected, out: &mut Out) {
         match u {
             Unexpected::Eager { peer, data, sync } => {
@@ -351,13 +352,13 @@ impl Core {
     }
 
     /// A matchable message no posted receive wanted waits in the
-    /// unexpected queue.
+    /// unexpected queue. Every caller has just asked the matcher for a
+    /// posted receive and found none, so the matcher does not ask again.
     pub(super) fn queue_unexpected(&mut self, env: Envelope, u: Unexpected) {
         Stats::bump(&self.stats.unexpected, 1);
         self.stats.unexpected_now.up(1);
         self.stats.unexpected_bytes_now.up(u.len());
-        let queued = self.matcher.arrive(env, u);
-        debug_assert!(queued.is_none());
+        self.matcher.queue_unmatched(env, u);
     }
 
     /// Reports a finished receive.
