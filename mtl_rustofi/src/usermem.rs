@@ -52,6 +52,17 @@ pub(crate) struct UserBuf {
 // used by whichever thread holds the progress token (one at a time).
 unsafe impl Send for UserBuf {}
 
+/// Copies `src` into the front of `dst`, which must be at least as long
+/// (else it panics), as [`copy_bytes`] does: no `memcpy` call for a small
+/// copy of a length known only at run time.
+#[inline(always)]
+pub(crate) fn copy_into(dst: &mut [u8], src: &[u8]) {
+    let dst = &mut dst[..src.len()];
+    // SAFETY: both slices are `src.len()` bytes long, and they cannot
+    // overlap: `dst` is borrowed mutably while `src` is borrowed.
+    unsafe { copy_bytes(src.as_ptr(), dst.as_mut_ptr(), src.len()) }
+}
+
 /// Copies `n` bytes from `from` to `to`. Up to 16 bytes (the common small
 /// message) take at most two loads and two stores rather than a call of
 /// the library's `memcpy`, which costs more than such a copy.
@@ -203,6 +214,23 @@ mod tests {
             assert_eq!(&dst[..n], &src[..n], "{n} bytes");
             assert!(dst[n..].iter().all(|&b| b == 0xee), "{n} bytes: no more");
         }
+    }
+
+    #[test]
+    fn copy_into_fills_the_front_only() {
+        let src: Vec<u8> = (1..=40).collect();
+        for n in 0..=40 {
+            let mut dst = [0xee; 40];
+            copy_into(&mut dst, &src[..n]);
+            assert_eq!(&dst[..n], &src[..n], "{n} bytes");
+            assert!(dst[n..].iter().all(|&b| b == 0xee), "{n} bytes: no more");
+        }
+    }
+
+    #[test]
+    #[should_panic]
+    fn copy_into_a_shorter_slice_panics() {
+        copy_into(&mut [0; 4], &[1; 5]);
     }
 
     #[test]

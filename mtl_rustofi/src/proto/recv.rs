@@ -57,7 +57,7 @@ impl Payload {
     fn new(data: &[u8]) -> Payload {
         if data.len() <= INLINE {
             let mut bytes = [0; INLINE];
-            bytes[..data.len()].copy_from_slice(data);
+            crate::usermem::copy_into(&mut bytes, data);
             Payload::Inline {
                 len: data.len() as u8,
                 bytes,
@@ -334,6 +334,7 @@ impl Core {
 
     /// An eager message no posted receive wanted: its payload copied
     /// into the unexpected queue.
+    #[inline(always)]
     fn queue_unexpected_eager(
         &mut self,
         peer: PeerId,
