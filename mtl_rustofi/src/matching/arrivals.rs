@@ -51,8 +51,8 @@ impl Arrivals {
     }
 
     /// Removes message `seq`; false if it is not in the index. The
-    /// common removal, the oldest message with no taken entry behind it,
-    /// is a pop and a comparison.
+    /// common removal, of the oldest message while no entry is marked
+    /// taken, is a pop and two comparisons.
     #[inline(always)]
     pub(super) fn remove(&mut self, seq: u64) -> bool {
         if self.q.front().is_some_and(|a| a.seq == seq) {
