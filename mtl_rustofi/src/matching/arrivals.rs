@@ -58,12 +58,7 @@ impl Arrivals {
         if self.q.front().is_some_and(|a| a.seq == seq) {
             self.q.pop_front();
             self.live -= 1;
-            // Equal counts: no entry is taken, so there is nothing to pop
-            // or compact. Otherwise tidied only when there is something
-            // to do (a taken entry in the middle waits for its turn).
-            if self.q.len() != self.live && self.untidy() {
-                self.tidy();
-            }
+            self.tidy();
             return true;
         }
         self.remove_behind(seq)
@@ -85,19 +80,16 @@ impl Arrivals {
         true
     }
 
-    /// Whether [`Self::tidy`] has anything to do.
-    #[inline(always)]
-    fn untidy(&self) -> bool {
-        self.live == 0
-            || self.q.front().is_some_and(|a| a.taken)
-            || self.q.len() - self.live > self.live + SLACK
-    }
-
     /// Pops taken entries off the front; empties the queue once nothing
     /// in it is live; compacts it once taken entries outnumber live ones
-    /// by more than [`SLACK`].
-    #[inline(never)]
+    /// by more than [`SLACK`]. Inlined: with no entry taken (equal
+    /// counts, the common case) there is nothing to do, and with one
+    /// taken in the middle only the front is looked at.
+    #[inline(always)]
     fn tidy(&mut self) {
+        if self.q.len() == self.live {
+            return;
+        }
         if self.live == 0 {
             self.q.clear();
             return;
