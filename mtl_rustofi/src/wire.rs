@@ -203,6 +203,26 @@ impl EagerHead {
             [self.sender, len as u64, 0],
         );
     }
+
+    /// The fields of a header [`EagerHead::encode`] wrote.
+    #[inline]
+    pub(crate) fn decode(b: &[u8; BASE_LEN]) -> EagerHead {
+        EagerHead {
+            ctx: u32_at(b, 4),
+            src: u32_at(b, 8) as i32,
+            tag: u32_at(b, 12) as i32,
+            seq: u32_at(b, 16),
+            sender: u64_at(b, 24),
+        }
+    }
+
+    /// The whole header of the message with `len` payload bytes, as
+    /// [`Header::decode_prefix`] returns it for the encoded one.
+    pub(crate) fn header(&self, len: usize) -> Header {
+        let mut b = [0; BASE_LEN];
+        self.encode(len, &mut b);
+        Header::base(Kind::Eager, &b)
+    }
 }
 
 /// Writes a base header: `words` are ctx, src, tag, seq and status,

@@ -50,8 +50,8 @@ fn pair(tag: u32) -> (Side, Side) {
     let (mut ra, mut ca) = side(jobid, 0, 10);
     let (mut rb, mut cb) = side(jobid, 1, 11);
     let (na, nb) = (ra.name(), rb.name());
-    let to_b = ra.insert(&nb).unwrap();
-    let to_a = rb.insert(&na).unwrap();
+    let to_b = ra.insert(&nb, 11).unwrap();
+    let to_a = rb.insert(&na, 10).unwrap();
     ca.add_peer(11, RailId(0), to_b, 8192);
     cb.add_peer(10, RailId(0), to_a, 8192);
     let mk = |rail, core| {
@@ -121,8 +121,8 @@ fn reuse(payloads: &mut [Vec<u8>], done: Vec<usize>, sent: &mut usize) {
 #[test]
 fn inline_sends_into_a_full_ring_are_queued_and_all_arrive_in_order() {
     let (mut a, mut b) = pair(0xb1);
-    // 4,000 bytes and a 48-byte header take 64 cells: the 4,096-cell ring
-    // of a job of two holds 64 of them.
+    // 4,000 bytes and a 48-byte header take 127 cells: the 8,192-cell
+    // ring of a job of two holds 64 of them.
     const N: i32 = 100;
     let mut payloads: Vec<Vec<u8>> = (0..N).map(|i| vec![i as u8; 4000]).collect();
     let mut sent = 0;
@@ -180,9 +180,10 @@ fn inline_sends_into_a_full_ring_are_queued_and_all_arrive_in_order() {
 #[test]
 fn short_inline_sends_of_every_length_fill_the_ring_and_arrive_intact() {
     let (mut a, mut b) = pair(0xb2);
-    // Payloads of 0 to 9 bytes: up to 8 a packet takes one cell, written
-    // in place; 9 takes two. 6,000 of them overfill the 4,096-cell ring.
-    const N: usize = 6000;
+    // Payloads of 0 to 9 bytes, in the ring's short format: up to 8 a
+    // packet takes one cell, written in place; 9 takes two. 9,000 of them
+    // overfill the 8,192-cell ring.
+    const N: usize = 9000;
     let body = |i: usize| -> Vec<u8> { (0..i % 10).map(|k| (i * 7 + k) as u8).collect() };
     let mut payloads: Vec<Vec<u8>> = (0..N).map(body).collect();
     let mut sent = 0;
@@ -237,7 +238,8 @@ fn short_inline_sends_of_every_length_fill_the_ring_and_arrive_intact() {
 }
 
 /// Payload lengths around the one-cell and short-copy edges
-/// (0, 1..4, 7, 8, 9, 15, 16, 17, 56, 57 ...) sent the engine's direct way
+/// (0, 1..4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 56, 57 ...; 31 is the largest
+/// payload of the ring's short format) sent the engine's direct way
 /// into receives posted for exactly their source and tag (the eager path
 /// without wildcards), some exact, some larger, some truncated, over enough
 /// laps of the ring that one-cell packets land on its last cell and
@@ -279,8 +281,8 @@ fn edge_lengths_arrive_whole_into_specific_receives() {
             sent += 1;
         }
         // Let the ring fill now and then.
-        if i % 3000 == 2999 || i + 1 == N {
-            if i == 2999 {
+        if i % 4000 == 3999 || i + 1 == N {
+            if i == 3999 {
                 assert!(sent < i + 1, "the ring filled: {sent} of {}", i + 1);
             }
             for _ in 0..200 {

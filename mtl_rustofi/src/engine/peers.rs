@@ -22,7 +22,7 @@ pub(super) fn add_peer(
         if let Some(rail) = st.driver.rail_of_kind(RailKind::Local) {
             if let Some(remote) = info.rail(RailKind::Local) {
                 let l = st.driver.local_mut().expect("the local rail is open");
-                if let Some(addr) = l.insert_if_reachable(&remote.addr) {
+                if let Some(addr) = l.insert_if_reachable(&remote.addr, name) {
                     let p = st
                         .core
                         .add_peer(name, rail, addr?, remote.max_eager as usize);

@@ -11,7 +11,7 @@ use crate::request::Request;
 use std::mem::MaybeUninit;
 
 /// Messages in the burst, and their size: far more than a ring holds
-/// (2,048 cells of 64 bytes), so most of the burst waits in the sender's
+/// (8,192 cells of 32 bytes), so most of the burst waits in the sender's
 /// core for the receiver to make room.
 const MSGS: usize = 200;
 const LEN: usize = 4096;
@@ -379,7 +379,7 @@ impl<'a> Shared<'a> {
 #[test]
 fn a_send_complete_at_once_says_whether_anything_waits() {
     const SMALL: usize = 8;
-    const SENDS: usize = 6_000; // more than a ring of 4,096 cells holds
+    const SENDS: usize = 10_000; // more than a ring of 8,192 cells holds
     let (a, b) = pair_in_job(0xe3);
     let payload = [0x5au8; SMALL];
     let mut sends = requests(SENDS + 1);

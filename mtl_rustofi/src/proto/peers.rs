@@ -11,7 +11,7 @@ use super::{rail_bytes, Core, CoreError, Stats};
 use crate::config::Fault;
 use crate::matching::Envelope;
 use crate::order::Reorder;
-use crate::wire::{self, EagerMsg, Header, Kind, RailKind};
+use crate::wire::{self, EagerHead, EagerMsg, Header, Kind, RailKind};
 
 /// A matchable message that arrived before its predecessors.
 pub(super) struct Held {
@@ -194,6 +194,33 @@ impl Core {
         self.handle_packet(pkt, out);
     }
 
+    /// An eager message read from a ring of the own shared-memory rail in
+    /// the ring's short format, which the driver has decoded (`head`, its
+    /// sender the ring's peer): what [`Self::on_ring_packet`] does for the
+    /// same message in base format. Its bytes count as that packet's.
+    #[inline(always)]
+    pub(crate) fn on_ring_eager(
+        &mut self,
+        rail: RailId,
+        head: &EagerHead,
+        payload: &[u8],
+        out: &mut Out,
+    ) {
+        debug_assert!(self.rails[rail.index()].profile.kind == RailKind::Local);
+        Stats::bump(
+            &self.stats.shm_rx_bytes,
+            (wire::BASE_LEN + payload.len()) as u64,
+        );
+        self.stall.moved = true;
+        let env = Envelope {
+            ctx: head.ctx,
+            src: head.src,
+            tag: head.tag,
+        };
+        let header = || head.header(payload.len());
+        self.take_eager(head.sender, head.seq, env, None, payload, header, out);
+    }
+
     /// Parses one packet (one message, or several coalesced eager
     /// messages) and acts on each message. Inlined into
     /// [`Self::on_packet`] and [`Self::on_ring_packet`].
@@ -274,23 +301,50 @@ impl Core {
     /// path.
     #[inline(always)]
     fn handle_eager(&mut self, msg: EagerMsg<'_>, out: &mut Out) {
-        let Some(peer) = self.sender_peer(msg.sender()) else {
-            self.unknown_sender(Kind::Eager, msg.sender());
+        let env = Envelope {
+            ctx: msg.ctx(),
+            src: msg.src(),
+            tag: msg.tag(),
+        };
+        let sync = sync_cookie(msg.flags(), msg.cookie());
+        let header = || msg.header();
+        self.take_eager(
+            msg.sender(),
+            msg.seq(),
+            env,
+            sync,
+            msg.payload(),
+            header,
+            out,
+        );
+    }
+
+    /// An eager message from process `sender`, in either format: matched
+    /// at once if it is next in its peer's order, else held until its
+    /// predecessors have come (`header` builds the whole header then).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn take_eager(
+        &mut self,
+        sender: u64,
+        seq: u32,
+        env: Envelope,
+        sync: Option<Cookie>,
+        payload: &[u8],
+        header: impl FnOnce() -> Header,
+        out: &mut Out,
+    ) {
+        let Some(peer) = self.sender_peer(sender) else {
+            self.unknown_sender(Kind::Eager, sender);
             return;
         };
         self.heard_from(peer);
-        if self.peers[peer.index()].order.take_in_order(msg.seq()) {
+        if self.peers[peer.index()].order.take_in_order(seq) {
             // In order: match straight out of the bounce buffer.
-            let env = Envelope {
-                ctx: msg.ctx(),
-                src: msg.src(),
-                tag: msg.tag(),
-            };
-            let sync = sync_cookie(msg.flags(), msg.cookie());
-            self.on_eager(peer, env, sync, msg.payload(), out);
+            self.on_eager(peer, env, sync, payload, out);
             return;
         }
-        let _ = self.hold(peer, msg.header(), msg.payload(), false, out);
+        let _ = self.hold(peer, header(), payload, false, out);
     }
 
     /// Acts on one message; `msg` holds exactly its header and payload.

@@ -4,6 +4,7 @@
 
 use super::fabric::{hash, read_region, write_region};
 use super::fabric::{Ev, Fate, Inject, PostKind, PostedOp, Reg, SlotState, TMsg, TRecv, World};
+use crate::driver::shm::short;
 use crate::proto::ids::{MrId, OpId};
 use crate::proto::{Access, Action, Out, PostError, Posted, RESENDS};
 use crate::usermem::Region;
@@ -374,8 +375,16 @@ impl World {
                 let to = dest.0 as usize;
                 let profile = &self.rails.profiles[r];
                 let (inline, limit) = (profile.inline, profile.inject_size);
-                let mut pkt = head.to_vec();
-                pkt.extend(read_region(payload.region()));
+                let body = read_region(payload.region());
+                // The own shared-memory rail writes a small message in its
+                // rings' short format, as the driver does.
+                let pkt = if profile.kind == crate::wire::RailKind::Local
+                    && body.len() <= short::MAX_PAYLOAD
+                {
+                    short::packet(&crate::wire::EagerHead::decode(&head), &body)
+                } else {
+                    [&head[..], &body].concat()
+                };
                 if !inline || pkt.len() > limit {
                     self.fail(&format!(
                         "node {n}: inline packet of {} bytes on a rail with inline {inline}, \

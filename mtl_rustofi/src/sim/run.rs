@@ -3,9 +3,11 @@
 
 use super::fabric::{slot, Ev, Req, ReqKind, SlotState, World};
 use super::workload::{pattern, Buf, Cmd, ConsumerKind, CANARY, POISON};
+use crate::driver::shm::short;
 use crate::proto::ids::{RailId, ReqId};
 use crate::proto::{Event, Out, SendArgs, Sent, Status};
 use crate::usermem::Region;
+use crate::wire::RailKind;
 
 impl World {
     /// Plays the plan until every node is quiet.
@@ -276,9 +278,16 @@ impl World {
             let Some(s) = rs.slots.iter().position(|&st| st == SlotState::Posted) else {
                 return;
             };
-            let (_, pkt, damaged) = rs.pending.pop_front().expect("not empty");
+            let (from, pkt, damaged) = rs.pending.pop_front().expect("not empty");
             rs.slots[s] = after;
             let mut out = Out::new();
+            // A short packet of the own shared-memory rail (see
+            // `SendInline`): decoded as the driver decodes it, its sender
+            // the ring's peer (node `from`, named `from + 1`).
+            let local = self.rails.profiles[rail].kind == RailKind::Local;
+            let short = (local && !damaged && short::is_short(pkt.len()))
+                .then(|| short::decode(&pkt, from as u64 + 1))
+                .flatten();
             let core = &mut self.nodes[n].core;
             if damaged {
                 // The header and a little of the payload were placed.
@@ -291,6 +300,8 @@ impl World {
                     got,
                     &mut out,
                 );
+            } else if let Some((head, payload)) = short {
+                core.on_ring_eager(RailId(rail as u8), &head, payload, &mut out);
             } else {
                 core.on_packet(RailId(rail as u8), slot(s), &pkt, &mut out);
             }

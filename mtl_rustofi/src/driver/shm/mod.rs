@@ -23,13 +23,14 @@ pub(crate) mod cma;
 pub(crate) mod reads;
 pub(crate) mod ring;
 pub(crate) mod segment;
+pub(crate) mod short;
 
 use crate::config::{RndvProtocol, Settings};
 use crate::proto::action::InlineHead;
 use crate::proto::ids::{FiAddr, PeerId, RailId, RxSlot};
 use crate::proto::{Action, Core, InlineSend, Out, PostError, Posted, RailProfile};
 use crate::usermem::{copy_bytes, Region, UserBuf};
-use crate::wire::{self, RailKind};
+use crate::wire::{self, EagerHead, RailKind};
 pub(crate) use reads::{execute_reads, local_read};
 use ring::{Consumer, Producer, Raw};
 use segment::Segment;
@@ -138,10 +139,6 @@ impl Addr {
     }
 }
 
-/// The largest payload of an inline packet that fits one cell with its
-/// header (an 8-byte message's).
-const SHORT: usize = ring::CELL - ring::WORD - wire::BASE_LEN;
-
 /// Maps in the rings between `me` and `peer` (both directions: a peer
 /// sent this much mostly answers). A failure only leaves the pages to
 /// fault in as they are reached.
@@ -196,8 +193,9 @@ pub(crate) struct ShmRail {
     me: Addr,
     /// Peers by local rank, once inserted.
     peers: Vec<Option<Peer>>,
-    /// Rings from inserted peers, with their local rank.
-    rx: Vec<(usize, Consumer<Raw>)>,
+    /// Rings from inserted peers, with their local rank and process name
+    /// (the sender of the ring's short packets, [`short`]).
+    rx: Vec<(usize, u64, Consumer<Raw>)>,
     /// The rings from inserted peers again, for threads that look for
     /// packets without the progress token.
     watch: Arc<RingWatch>,
@@ -363,18 +361,23 @@ impl ShmRail {
         })
     }
 
-    /// Starts serving a same-host peer if its published address is one of
-    /// this job's on this host (`None` if not).
+    /// Starts serving a same-host peer, process `proc_name`, if its
+    /// published address is one of this job's on this host (`None` if
+    /// not).
     pub(crate) fn insert_if_reachable(
         &mut self,
         name: &[u8],
+        proc_name: u64,
     ) -> Option<Result<FiAddr, crate::engine::EngineError>> {
-        self.reaches(name)
-            .then(|| self.insert(name).map_err(crate::engine::EngineError))
+        self.reaches(name).then(|| {
+            self.insert(name, proc_name)
+                .map_err(crate::engine::EngineError)
+        })
     }
 
-    /// Starts serving a peer: its ring to us is polled from now on.
-    pub(crate) fn insert(&mut self, name: &[u8]) -> Result<FiAddr, String> {
+    /// Starts serving a peer, process `proc_name` at address `name`: its
+    /// ring to us is polled from now on.
+    pub(crate) fn insert(&mut self, name: &[u8], proc_name: u64) -> Result<FiAddr, String> {
         let a = Addr::decode(name)
             .filter(|_| self.reaches(name))
             .ok_or("a same-host peer published an address of another job or layout")?;
@@ -398,7 +401,7 @@ impl ShmRail {
             primed: false,
         });
         let ring = self.seg.ring(r, self.job.rank);
-        self.rx.push((r, Consumer::new(ring)));
+        self.rx.push((r, proc_name, Consumer::new(ring)));
         let _ = self.watch.rings[r].set(ring);
         Ok(FiAddr(r as u64))
     }
@@ -463,8 +466,7 @@ impl ShmRail {
         core: &mut Core,
         out: &mut Out,
     ) -> bool {
-        let len = p.payload.len();
-        match self.send_inline(p.dest, |h| p.head.encode(len, h), p.payload) {
+        match self.send_inline(p.dest, &p.head, p.payload) {
             Ok(()) => true,
             Err(e) => {
                 core.on_inline_refused(p.rail, p.peer, &p.encoded_head(), p.payload, e, out);
@@ -488,38 +490,39 @@ impl ShmRail {
         core: &mut Core,
         out: &mut Out,
     ) {
-        if let Err(e) = self.send_inline(dest, |h| *h = *head, payload) {
+        if let Err(e) = self.send_inline(dest, &EagerHead::decode(head), payload) {
             core.on_inline_refused(rail, peer, head, payload, e, out);
         }
     }
 
-    /// Copies an inline packet (the header `encode` writes, then the
-    /// user's payload) into the peer's ring. A packet that fits one cell
-    /// (an eager message of up to [`SHORT`] bytes) is written there
-    /// directly, header and payload without a call to `memcpy`.
+    /// Copies an inline packet (an eager message with header `head`, then
+    /// the user's payload) into the peer's ring. A small message goes in
+    /// the ring's short format ([`short`]); one of up to
+    /// [`short::ONE_CELL`] bytes fits one cell, written there directly,
+    /// header and payload without a call to `memcpy`.
     #[inline(always)]
     fn send_inline(
         &mut self,
         dest: FiAddr,
-        encode: impl FnOnce(&mut InlineHead),
+        head: &EagerHead,
         payload: UserBuf,
     ) -> Result<(), PostError> {
         let r = payload.region();
         let in_run = self.in_run;
         let p = self.sending_to(dest)?;
-        let pushed = if r.len <= SHORT {
-            p.tx.push_cell(wire::BASE_LEN + r.len, |cell| {
-                let (head, body) = cell.split_at_mut(wire::BASE_LEN);
-                encode(head.try_into().expect("a header's bytes"));
+        let (pushed, len) = if r.len <= short::ONE_CELL {
+            let len = short::HEAD + r.len;
+            let pushed = p.tx.push_cell(len, |cell| {
+                let (h, body) = cell.split_at_mut(short::HEAD);
+                short::encode(head, h.try_into().expect("a short header's bytes"));
                 // SAFETY: a `UserBuf` is readable for its length while its
                 // request lives, which it does until this returns (see
-                // below); `body` is the rest of the cell, `SHORT >= r.len`
-                // bytes of the ring, not of the user's memory.
+                // below); `body` is the rest of the cell, `ONE_CELL >=
+                // r.len` bytes of the ring, not of the user's memory.
                 unsafe { copy_bytes(r.addr as *const u8, body.as_mut_ptr(), r.len) };
-            })
+            });
+            (pushed, len)
         } else {
-            let mut head = [0; wire::BASE_LEN];
-            encode(&mut head);
             // SAFETY: a `UserBuf` is readable for its length while its
             // request lives, which it does until this returns: the send's
             // completion reaches MPI only after the driver has executed the
@@ -527,10 +530,18 @@ impl ShmRail {
             // path, after `Driver::send_inline` has returned. The slice is
             // dropped first.
             let body = unsafe { std::slice::from_raw_parts(r.addr as *const u8, r.len) };
-            p.tx.push(&[&head, body])
+            if r.len <= short::MAX_PAYLOAD {
+                let mut h = [0; short::HEAD];
+                short::encode(head, &mut h);
+                (p.tx.push(&[&h, body]), short::HEAD + r.len)
+            } else {
+                let mut h = [0; wire::BASE_LEN];
+                head.encode(r.len, &mut h);
+                (p.tx.push(&[&h, body]), wire::BASE_LEN + r.len)
+            }
         };
         if in_run && pushed.is_ok() {
-            p.tx.prefetch_ahead(ring::cells(wire::BASE_LEN + r.len));
+            p.tx.prefetch_ahead(ring::cells(len));
         }
         let posted = p.pushed(pushed);
         self.in_run = true;
@@ -550,9 +561,21 @@ impl ShmRail {
     #[inline]
     pub(crate) fn poll(&mut self, rail: RailId, core: &mut Core, out: &mut Out) -> usize {
         let mut total = 0;
-        for (from, c) in &mut self.rx {
+        for (from, name, c) in &mut self.rx {
+            let name = *name;
             for _ in 0..POLL_BUDGET {
-                match c.pop(|pkt| core.on_ring_packet(rail, pkt, out)) {
+                let read = c.pop(|pkt| {
+                    // A packet shorter than a base header is in the short
+                    // format; one too short even for that is refused as a
+                    // packet shorter than a header.
+                    if short::is_short(pkt.len()) {
+                        if let Some((head, payload)) = short::decode(pkt, name) {
+                            return core.on_ring_eager(rail, &head, payload, out);
+                        }
+                    }
+                    core.on_ring_packet(rail, pkt, out)
+                });
+                match read {
                     Ok(true) => total += 1,
                     Ok(false) => break,
                     Err(m) => {

@@ -1,5 +1,8 @@
-//! A single-producer, single-consumer ring of 64-byte cells in shared
+//! A single-producer, single-consumer ring of 32-byte cells in shared
 //! memory: one per ordered pair of local ranks, carrying whole packets.
+//! Two cells share a cache line, so that the commonest packet, a short
+//! eager message of up to 8 bytes (`super::short`), takes half a
+//! line: a window of them moves half as many lines between the cores.
 //!
 //! A packet takes `cells(len)` consecutive cells: an 8-byte header word at
 //! the start of its first cell, then its bytes. The header word is
@@ -22,8 +25,12 @@
 
 use crate::sync::{AtomicU64, Ordering};
 
-/// Bytes per cell (a cache line).
-pub(crate) const CELL: usize = 64;
+/// Bytes per cell (half a cache line).
+pub(crate) const CELL: usize = 32;
+/// Bytes of a cache line: the consumer's `tail` has one of its own, apart
+/// from the cells the producer writes.
+pub(crate) const LINE: usize = 64;
+const _: () = assert!(LINE.is_multiple_of(CELL));
 /// Bytes of the header word.
 pub(crate) const WORD: usize = 8;
 /// `len` of a skip word: the rest of the ring up to its end is unused.
@@ -354,7 +361,7 @@ fn has_prefetchw() -> bool {
 impl Raw {
     /// # Safety
     /// `tail` must point at an 8-byte aligned word and `base` at `count`
-    /// 64-byte aligned cells, all mapped for as long as the value is used
+    /// 32-byte aligned cells, all mapped for as long as the value is used
     /// and reached by other processes only through this protocol.
     pub(crate) unsafe fn new(tail: *mut u8, base: *mut u8, count: usize) -> Raw {
         Raw {
@@ -583,16 +590,18 @@ mod tests {
 
     #[test]
     fn a_full_ring_refuses_and_never_overwrites() {
+        // A packet of this length takes two cells.
+        const LEN: usize = 2 * CELL - WORD - 6;
         let (mut p, mut c) = ring(16);
         let mut sent = 0u8;
-        while p.push(&[&[sent; 100]]).is_ok() {
+        while p.push(&[&[sent; LEN]]).is_ok() {
             sent += 1;
         }
         assert_eq!(sent, 8, "16 cells hold eight 2-cell packets");
         assert_eq!(p.push(&[&[9; 1]]), Err(Full), "still full");
         // Every packet is still intact, in order; then there is room again.
         for i in 0..sent {
-            assert_eq!(pop_vec(&mut c), Some(vec![i; 100]));
+            assert_eq!(pop_vec(&mut c), Some(vec![i; LEN]));
         }
         assert_eq!(pop_vec(&mut c), None);
         p.push(&[&[42; 5]]).unwrap();

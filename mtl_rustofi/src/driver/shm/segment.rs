@@ -15,19 +15,19 @@
 //! dies before attaching leaves the name behind until the runtime's
 //! cleanup (the path is registered with it, as for the libfabric rail).
 
-use super::ring::{Raw, CELL};
+use super::ring::{Raw, CELL, LINE};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Cells per ring at the least: 128 KiB, eight of the largest eager
 /// packets. The rail's packet limit is set from it, so it is the same
 /// whatever size a job's rings have.
-pub(crate) const MIN_RING_CELLS: usize = 2048;
+pub(crate) const MIN_RING_CELLS: usize = 4096;
 /// Cells per ring at the most: 256 KiB. A core's rings, the one it fills
 /// and the one it empties, then stay within its 1 MiB L2 cache together
 /// with what else it touches; with 512 KiB rings the small messages were
 /// slower again.
-const MAX_RING_CELLS: usize = 4096;
+const MAX_RING_CELLS: usize = 8192;
 /// What the rings of one segment may take together before they shrink
 /// towards [`MIN_RING_CELLS`]: the segment grows with the square of the
 /// local ranks.
@@ -41,8 +41,8 @@ const HEADER: usize = 4096;
 
 /// Cells per ring in the segment of `ranks` local ranks: the largest power
 /// of two within the budget, from [`MIN_RING_CELLS`] to [`MAX_RING_CELLS`]
-/// (4,096 up to 16 ranks, 2,048 beyond). A window of 64
-/// messages of 2 KiB (33 cells each) would overfill a ring of 2,048 and
+/// (8,192 up to 16 ranks, 4,096 beyond). A window of 64
+/// messages of 2 KiB (66 cells each) would overfill a ring of 4,096 and
 /// make the sender wait for the receiver in the middle of every window.
 /// Every local rank computes it from the same count, so all agree.
 pub(crate) fn ring_cells(ranks: usize) -> usize {
@@ -55,9 +55,10 @@ pub(crate) fn ring_cells(ranks: usize) -> usize {
 }
 
 /// Bytes of one ring of `cells` cells: the consumer's tail line, then the
-/// cells.
+/// cells (a whole number of lines: `cells` is a power of two, at least
+/// [`MIN_RING_CELLS`]).
 fn ring_bytes(cells: usize) -> usize {
-    CELL + cells * CELL
+    LINE + cells * CELL
 }
 
 /// A mapped segment.
@@ -184,7 +185,7 @@ impl Segment {
 
     fn attached(&self) -> &AtomicU64 {
         // SAFETY: the header lies in the mapping, page aligned.
-        unsafe { &*(self.base.add(CELL) as *const AtomicU64) }
+        unsafe { &*(self.base.add(LINE) as *const AtomicU64) }
     }
 
     /// The path the name had under `/dev/shm` (for the runtime's cleanup).
@@ -206,7 +207,7 @@ impl Segment {
         // aligned (page-aligned base, HEADER and ring_bytes multiples of
         // 64); the mapping outlives every Raw (the rail drops its rings
         // before the segment).
-        unsafe { Raw::new(self.base.add(off), self.base.add(off + CELL), self.cells) }
+        unsafe { Raw::new(self.base.add(off), self.base.add(off + LINE), self.cells) }
     }
 }
 
@@ -347,31 +348,31 @@ mod tests {
             .collect();
         assert_eq!(
             cells,
-            [4096, 4096, 4096, 4096, 4096, 4096, 2048, 2048, 2048, 2048, 2048]
+            [8192, 8192, 8192, 8192, 8192, 8192, 4096, 4096, 4096, 4096, 4096]
         );
         for n in [1, 11, 12, 16] {
-            assert!(n * n * ring_bytes(ring_cells(n)) <= RINGS_BUDGET + n * n * CELL);
+            assert!(n * n * ring_bytes(ring_cells(n)) <= RINGS_BUDGET + n * n * LINE);
         }
         // Each ring of a mapped segment has its own cells, the last one
         // ending at the end of the mapping.
         let job = 0xfc00_0000 | std::process::id();
         let s = Segment::attach(job, 1, 1).unwrap();
-        assert_eq!(s.cells, 4096);
-        assert_eq!(s.len, HEADER + ring_bytes(4096));
-        assert_eq!(s.ring(0, 0).count(), 4096);
+        assert_eq!(s.cells, 8192);
+        assert_eq!(s.len, HEADER + ring_bytes(8192));
+        assert_eq!(s.ring(0, 0).count(), 8192);
         let mut p = super::super::ring::Producer::new(s.ring(0, 0));
         let cell = [0u8; CELL - 8];
         let mut pushed = 0;
         while p.push(&[&cell]).is_ok() {
             pushed += 1;
         }
-        assert_eq!(pushed, 4096, "one cell per packet until the ring is full");
+        assert_eq!(pushed, 8192, "one cell per packet until the ring is full");
         // Beyond 16 ranks the rings have the smaller size; the last ring
         // ends where the mapping does.
         let s = Segment::attach(job, 2, 17).unwrap();
         unlink(job, 2);
-        assert_eq!((s.cells, s.ring(16, 16).count()), (2048, 2048));
-        assert_eq!(s.ring_offset(16, 16) + ring_bytes(2048), s.len);
+        assert_eq!((s.cells, s.ring(16, 16).count()), (4096, 4096));
+        assert_eq!(s.ring_offset(16, 16) + ring_bytes(4096), s.len);
     }
 
     #[test]

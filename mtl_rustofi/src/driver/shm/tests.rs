@@ -1,17 +1,23 @@
 //! The rail between two "ranks" of a made-up job inside one process:
-//! back-pressure, a dead reader, bad ring contents, a bad read key and
-//! reads made together.
+//! back-pressure, a dead reader, bad ring contents, short packets out of
+//! order, a bad read key and reads made together.
 
 use super::reads::Read;
 use super::ring::Cells;
 use super::*;
 use crate::config::{self, Fault};
-use crate::proto::{CoreConfig, Stats};
+use crate::proto::ids::ReqId;
+use crate::proto::{CoreConfig, Event, Stats, Status};
+use crate::usermem::UserBuf;
 use std::sync::Arc;
 
 fn settings() -> Settings {
     config::validate(&config::test_params()).unwrap()
 }
+
+/// The process names of the two sides of [`pair`].
+const PROC_A: u64 = 7;
+const PROC_B: u64 = 8;
 
 /// Ranks 0 and 1 of a job of two, each having inserted the other.
 fn pair(tag: u32) -> (ShmRail, ShmRail) {
@@ -36,8 +42,8 @@ fn pair(tag: u32) -> (ShmRail, ShmRail) {
     )
     .unwrap();
     let (na, nb) = (a.name(), b.name());
-    assert_eq!(a.insert(&nb).unwrap(), FiAddr(1));
-    assert_eq!(b.insert(&na).unwrap(), FiAddr(0));
+    assert_eq!(a.insert(&nb, PROC_B).unwrap(), FiAddr(1));
+    assert_eq!(b.insert(&na, PROC_A).unwrap(), FiAddr(0));
     (a, b)
 }
 
@@ -76,10 +82,10 @@ fn a_full_ring_pushes_back_and_loses_nothing() {
             Err(e) => panic!("{e:?}"),
         }
     }
-    // 1000 bytes take 16 cells: 256 packets fill the 4,096 cells of a
+    // 1000 bytes take 32 cells: 256 packets fill the 8,192 cells of a
     // pair's ring.
     assert_eq!(sent, 256);
-    let rx = &mut b.rx[0].1;
+    let rx = &mut b.rx[0].2;
     let mut got = 0;
     while rx.pop(|p| assert_eq!(p, &pkt[..])).unwrap() {
         got += 1;
@@ -119,7 +125,7 @@ fn a_dead_reader_fails_the_send_instead_of_blocking_it_forever() {
 #[test]
 fn an_impossible_length_in_the_ring_is_refused_with_a_message() {
     let (mut a, mut b) = pair(0xa3);
-    let mut c = core(&b, 7);
+    let mut c = core(&b, PROC_A);
     let mut out = Out::new();
     // A header word at the reader's position claiming 1 GiB.
     a.seg
@@ -132,6 +138,86 @@ fn an_impossible_length_in_the_ring_is_refused_with_a_message() {
     let pkt = [1u8; 100];
     a.send(FiAddr(1), region(&pkt), None).unwrap();
     assert_eq!(b.poll(RailId(0), &mut c, &mut out), 0);
+}
+
+/// A short packet (the ring's format for small eager messages) of
+/// message `seq` with tag `tag` and `payload`, as `send` takes it.
+fn short_packet(seq: u32, tag: i32, payload: &[u8]) -> Vec<u8> {
+    let head = crate::wire::EagerHead {
+        ctx: 1,
+        src: 0,
+        tag,
+        seq,
+        sender: PROC_A,
+    };
+    short::packet(&head, payload)
+}
+
+/// Receives posted on `c` for tags `0..n` from rank 0, into `bufs`.
+fn post(c: &mut Core, bufs: &mut [[u8; 8]], out: &mut Out) {
+    for (i, b) in bufs.iter_mut().enumerate() {
+        // SAFETY: the buffers outlive the core's use of them (the receives
+        // complete within the test that owns them).
+        let ub = unsafe { UserBuf::new(b.as_mut_ptr(), b.len()) };
+        let sel = crate::matching::Selector::from_mpi(1, 0, i as i32);
+        assert!(c.recv(sel, None, ub, ReqId(i), out).is_some());
+    }
+}
+
+/// The receives (tag, bytes) completed in `out`, in order; none failed.
+fn received(out: &mut Out) -> Vec<(i32, usize)> {
+    out.events
+        .drain(..)
+        .map(|e| match e {
+            Event::Recv {
+                tag, bytes, status, ..
+            } => {
+                assert_eq!(status, Status::Ok);
+                (tag, bytes)
+            }
+            other => panic!("unexpected event {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_packet_too_short_for_any_format_is_refused_and_the_ring_read_on() {
+    let (mut a, mut b) = pair(0xa8);
+    let mut c = core(&b, PROC_A);
+    let mut out = Out::new();
+    let mut bufs = [[0u8; 8]; 1];
+    post(&mut c, &mut bufs, &mut out);
+    a.send(FiAddr(1), region(&[5u8; short::HEAD - 1]), None)
+        .unwrap();
+    a.send(FiAddr(1), region(&short_packet(0, 0, b"abc")), None)
+        .unwrap();
+    assert_eq!(b.poll(RailId(0), &mut c, &mut out), 2);
+    assert_eq!(Stats::get(&c.stats().errors), 1, "refused and counted");
+    assert_eq!(received(&mut out), [(0, 3)], "the next packet is read");
+    assert_eq!(&bufs[0][..3], b"abc");
+}
+
+#[test]
+fn short_messages_out_of_order_wait_for_their_predecessors() {
+    let (mut a, mut b) = pair(0xa9);
+    let mut c = core(&b, PROC_A);
+    let mut out = Out::new();
+    let mut bufs = [[0u8; 8]; 3];
+    post(&mut c, &mut bufs, &mut out);
+    for (seq, tag) in [(2, 2), (1, 1)] {
+        let payload = [tag as u8; 8];
+        a.send(FiAddr(1), region(&short_packet(seq, tag, &payload)), None)
+            .unwrap();
+    }
+    assert_eq!(b.poll(RailId(0), &mut c, &mut out), 2);
+    assert!(received(&mut out).is_empty(), "held until message 0 comes");
+    a.send(FiAddr(1), region(&short_packet(0, 0, &[0; 5])), None)
+        .unwrap();
+    assert_eq!(b.poll(RailId(0), &mut c, &mut out), 1);
+    assert_eq!(received(&mut out), [(0, 5), (1, 8), (2, 8)]);
+    assert_eq!(bufs[1], [1; 8]);
+    assert_eq!(bufs[2], [2; 8]);
+    assert_eq!(Stats::get(&c.stats().errors), 0);
 }
 
 #[test]
@@ -223,7 +309,7 @@ fn an_address_of_another_job_or_host_is_not_served() {
     let (mut a, b) = pair(0xa5);
     let (_c, d) = pair(0xa6);
     assert!(!a.reaches(&d.name()));
-    assert!(a.insert(&d.name()).is_err());
+    assert!(a.insert(&d.name(), PROC_B).is_err());
     // The same job's rank on another host that shares /dev/shm (a
     // container or network namespace) is in another segment.
     let mut elsewhere = Addr::decode(&b.name()).unwrap();
