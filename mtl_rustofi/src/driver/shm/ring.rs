@@ -551,6 +551,7 @@ pub(crate) mod heap {
 mod tests {
     use super::heap::ring;
     use super::*;
+    use super::{CELL, WORD};
 
     fn pop_vec<C: Cells>(c: &mut Consumer<C>) -> Option<Vec<u8>> {
         let mut got = None;
@@ -710,6 +711,7 @@ mod loom_tests {
     //! Model checks of the ring (`RUSTFLAGS="--cfg loom" cargo test --lib
     //! ring::loom`): every interleaving of a producer and a consumer.
     use super::heap::ring;
+    use super::{CELL, WORD};
 
     /// Three packets through a ring of 4 cells (1, 2 and 2 cells: the
     /// third does not fit before the end, so a skip word precedes it and
@@ -720,7 +722,8 @@ mod loom_tests {
     fn packets_cross_whole_and_in_order() {
         loom::model(|| {
             let (mut p, mut c) = ring(4);
-            let sizes = [10usize, 100, 60];
+            // One cell, two, two.
+            let sizes = [10usize, 2 * CELL - WORD - 20, CELL - 4];
             let t = loom::thread::spawn(move || {
                 for (i, &len) in sizes.iter().enumerate() {
                     while p.push(&[&vec![i as u8 + 1; len]]).is_err() {
@@ -751,11 +754,12 @@ mod loom_tests {
     fn one_cell_packets_reuse_released_cells() {
         loom::model(|| {
             let (mut p, mut c) = ring(4);
-            let sizes = [100usize, 100, 30];
+            // Two cells, two, one.
+            let sizes = [2 * CELL - WORD - 20, 2 * CELL - WORD - 20, CELL - WORD - 2];
             let t = loom::thread::spawn(move || {
                 for (i, &len) in sizes.iter().enumerate() {
                     let v = i as u8 + 1;
-                    while if len <= super::CELL - super::WORD {
+                    while if len <= CELL - WORD {
                         p.push_cell(len, |b| b[..len].fill(v))
                     } else {
                         p.push(&[&vec![v; len]])
