@@ -41,7 +41,7 @@ pub(crate) const PROVIDER: &str = "rustofi-shm";
 
 /// Cells written to a peer's ring (a page of them) after which the rings
 /// to and from it are mapped in whole ([`Segment::prime`]).
-const PRIME_AFTER: u64 = 64;
+const PRIME_AFTER: u64 = (4096 / ring::CELL) as u64;
 
 /// Packets read from one peer's ring per poll, so that one busy sender
 /// cannot starve the others (the rest wait for the next poll).
