@@ -1,4 +1,6 @@
-//! Wire protocol: the header every rustofi packet starts with.
+//! Wire protocol: the header every rustofi packet starts with (on the own
+//! shared-memory rail's rings, a small eager message has a shorter one:
+//! `driver::shm::short`).
 //!
 //! All integers are little-endian. Layout of the 48-byte base header:
 //!
@@ -50,7 +52,7 @@ use eager::{u32_at, u64_at};
 pub(crate) use modex::{PeerInfo, RailAddr, RailKind};
 
 pub(crate) const MAGIC: u8 = 0xA7;
-pub(crate) const VERSION: u8 = 6;
+pub(crate) const VERSION: u8 = 7;
 pub(crate) const BASE_LEN: usize = 48;
 pub(crate) const EXT_LEN: usize = 64;
 

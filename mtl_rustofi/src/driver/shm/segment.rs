@@ -218,7 +218,7 @@ const MADV_POPULATE_WRITE: libc::c_int = 23;
 impl Segment {
     /// Maps the pages of the ring from `from` to `to` into this process,
     /// writable, allocating any not yet allocated, without changing a byte.
-    /// Otherwise the first lap through a ring takes a page fault every 64
+    /// Otherwise the first lap through a ring takes a page fault every 128
     /// cells on each side (some microseconds each in a virtual machine):
     /// the first few thousand small messages to a peer were a third
     /// slower. Only a hint: where the kernel lacks the advice (before
@@ -252,7 +252,7 @@ impl Segment {
     pub(crate) fn resident_pages(&self, from: usize, to: usize) -> (usize, usize) {
         // SAFETY: sysconf has no preconditions.
         let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
-        let off = self.ring_offset(from, to) + CELL;
+        let off = self.ring_offset(from, to) + LINE;
         let start = off.div_ceil(page) * page;
         let end = (off + self.cells * CELL) / page * page;
         let mut v = vec![0u8; (end - start) / page];
