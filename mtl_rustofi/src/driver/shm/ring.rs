@@ -635,38 +635,6 @@ mod tests {
         let _ = p.mem();
     }
 
-    /// User bytes at the start of a packet's second cell that equal the
-    /// header word the consumer will expect at that cell a lap later are
-    /// never taken for a packet: the consumer zeroes the words of a
-    /// packet's cells once done with it. (On the component's own memory,
-    /// where a packet's bytes run over the words of its later cells, which
-    /// the test ring on the heap keeps apart.)
-    #[test]
-    fn user_bytes_of_an_earlier_lap_never_pass_for_a_header() {
-        #[repr(C, align(64))]
-        struct Lines([u8; LINE + 4 * CELL]);
-        let mut mem = Box::new(Lines([0; LINE + 4 * CELL]));
-        let base = mem.0.as_mut_ptr();
-        // SAFETY: a tail line and four cells of zeroed, line-aligned
-        // memory that outlives both ends, reached only through them.
-        let raw = || unsafe { Raw::new(base, base.add(LINE), 4) };
-        let (mut p, mut c) = (Producer::new(raw()), Consumer::new(raw()));
-        // Cell 1 is position 5 in the second lap.
-        let forged = super::stamp(5, 10).to_le_bytes();
-        let mut a = vec![0xabu8; 2 * CELL - WORD - 6];
-        a[CELL - WORD..CELL].copy_from_slice(&forged);
-        p.push(&[&a]).unwrap();
-        assert_eq!(pop_vec(&mut c), Some(a));
-        for v in [2u8, 3, 4] {
-            p.push(&[&[v; 3]]).unwrap();
-            assert_eq!(pop_vec(&mut c), Some(vec![v; 3]));
-        }
-        // The consumer is at position 5, cell 1, and nothing is there.
-        assert_eq!(c.pop(|_| panic!("an earlier lap's bytes")), Ok(false));
-        p.push(&[&[5; 10]]).unwrap();
-        assert_eq!(pop_vec(&mut c), Some(vec![5; 10]));
-    }
-
     #[test]
     fn a_skip_at_the_end_is_followed() {
         let (mut p, mut c) = ring(16);
