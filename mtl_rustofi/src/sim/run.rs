@@ -285,7 +285,7 @@ impl World {
             // `SendInline`): decoded as the driver decodes it, its sender
             // the ring's peer (node `from`, named `from + 1`).
             let local = self.rails.profiles[rail].kind == RailKind::Local;
-            let short = (local && !damaged && short::is_short(pkt.len()))
+            let short = (local && !damaged)
                 .then(|| short::decode(&pkt, from as u64 + 1))
                 .flatten();
             let core = &mut self.nodes[n].core;

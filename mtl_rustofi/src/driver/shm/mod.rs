@@ -564,16 +564,9 @@ impl ShmRail {
         for (from, name, c) in &mut self.rx {
             let name = *name;
             for _ in 0..POLL_BUDGET {
-                let read = c.pop(|pkt| {
-                    // A packet shorter than a base header is in the short
-                    // format; one too short even for that is refused as a
-                    // packet shorter than a header.
-                    if short::is_short(pkt.len()) {
-                        if let Some((head, payload)) = short::decode(pkt, name) {
-                            return core.on_ring_eager(rail, &head, payload, out);
-                        }
-                    }
-                    core.on_ring_packet(rail, pkt, out)
+                let read = c.pop(|pkt| match short::decode(pkt, name) {
+                    Some((head, payload)) => core.on_ring_eager(rail, &head, payload, out),
+                    None => core.on_ring_packet(rail, pkt, out),
                 });
                 match read {
                     Ok(true) => total += 1,

@@ -37,7 +37,7 @@ pub(crate) const ONE_CELL: usize = ring::CELL - ring::WORD - HEAD;
 /// Whether a ring packet of `len` bytes is a short one (or too short to
 /// be anything: then the core refuses it).
 #[inline(always)]
-pub(crate) fn is_short(len: usize) -> bool {
+fn is_short(len: usize) -> bool {
     len < wire::BASE_LEN
 }
 
@@ -50,11 +50,15 @@ pub(crate) fn encode(h: &EagerHead, b: &mut [u8; HEAD]) {
     b[12..16].copy_from_slice(&h.seq.to_le_bytes());
 }
 
-/// The message in a short packet from `sender` (a process name): its
-/// header's fields and its payload. `None` if the packet is shorter than
-/// a short header.
+/// The message in a ring packet from `sender` (a process name) if the
+/// packet is a short one: its header's fields and its payload. `None` for
+/// a packet in base format, and for one shorter than a short header
+/// (which the core then refuses as shorter than any header).
 #[inline(always)]
 pub(crate) fn decode(pkt: &[u8], sender: u64) -> Option<(EagerHead, &[u8])> {
+    if !is_short(pkt.len()) {
+        return None;
+    }
     let (h, payload) = pkt.split_first_chunk::<HEAD>()?;
     let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
     Some((
