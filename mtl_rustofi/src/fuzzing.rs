@@ -12,14 +12,19 @@
 //!   fuzzed fields (RTS, CTS and FIN bodies, sequence numbers, coalesced
 //!   runs) and raw bytes, through the same `on_packet` the driver calls,
 //!   and now and then as a receive the provider lost with only its front
-//!   placed (`on_rx_error`).
+//!   placed (`on_rx_error`); on a rail like the own shared-memory one,
+//!   also packets read from a ring as its driver hands them over: the
+//!   short eager format (`driver::shm::short`, well-formed with fuzzed
+//!   fields, or raw bytes) through `on_ring_eager`, the rest through
+//!   `on_ring_packet`.
 
 use crate::config::Fault;
+use crate::driver::shm::short;
 use crate::matching::{Selector, Source, Tag};
 use crate::proto::ids::{FiAddr, OpId, PeerId, RailId, ReqId, RxSlot};
 use crate::proto::{Action, Core, CoreConfig, Out, PostError, RailProfile, SendArgs, Stats};
 use crate::usermem::UserBuf;
-use crate::wire::{self, Header, Kind, PeerInfo, RailKind};
+use crate::wire::{self, EagerHead, Header, Kind, PeerInfo, RailKind};
 use std::sync::Arc;
 
 /// A packet header: whatever decodes must encode and decode to itself.
@@ -48,6 +53,25 @@ pub fn header(data: &[u8]) {
         (Some((m, n)), full) => assert_eq!(full, Ok((m.header(), n))),
         (None, Ok((h, _))) => assert_ne!(h.kind, Kind::Eager),
         (None, Err(_)) => {}
+    }
+    // A ring packet shorter than a base header is in the short format: it
+    // encodes back to its own bytes, and means the message whose
+    // base-format packet parses to the same header and payload.
+    match short::decode(data, PEER) {
+        Some((h, payload)) => {
+            assert!(data.len() < wire::BASE_LEN && data.len() >= short::HEAD);
+            assert_eq!(payload, &data[short::HEAD..]);
+            let mut b = [0; short::HEAD];
+            short::encode(&h, &mut b);
+            assert_eq!(&b[..], &data[..short::HEAD]);
+            let mut base = [0; wire::BASE_LEN];
+            h.encode(payload.len(), &mut base);
+            let pkt = [&base[..], payload].concat();
+            let (m, n) = wire::EagerMsg::parse(&pkt).expect("a base-format eager message");
+            assert_eq!(n, pkt.len());
+            assert_eq!(m.header(), h.header(payload.len()));
+        }
+        None => assert!(data.len() >= wire::BASE_LEN || data.len() < short::HEAD),
     }
 }
 
@@ -99,7 +123,13 @@ fn profile(s: &mut Script<'_>) -> RailProfile {
     let bits = s.u8();
     let ring_like = bits & 128 != 0 && bits & 1 == 0;
     RailProfile {
-        kind: RailKind::Net,
+        // A rail that sends inline and keeps its one receive slot is read
+        // like the own shared-memory rail's rings.
+        kind: if ring_like {
+            RailKind::Local
+        } else {
+            RailKind::Net
+        },
         provider: "fuzz".into(),
         mr_local: bits & 1 != 0,
         mr_virt_addr: bits & 2 != 0,
@@ -203,6 +233,7 @@ pub fn core_packets(data: &[u8]) {
         send_queue_total: 1 << 18,
     };
     let prof = profile(&mut s);
+    let ring = prof.kind == RailKind::Local;
     let mut core = Core::new(cfg, vec![prof.clone(), prof], stats);
     let mut out = Out::new();
     core.start(&mut out);
@@ -277,6 +308,33 @@ pub fn core_packets(data: &[u8]) {
                     core.on_packet(rail, at, &pkt, &mut out);
                 }
                 slot += 1;
+            }
+            4 if ring => {
+                // A packet read from a ring, handed over as the driver
+                // hands it: short format below a base header's length.
+                let pkt = if s.u8() & 1 == 0 {
+                    let head = EagerHead {
+                        ctx: (s.u8() % 3) as u32,
+                        src: (s.u8() % 3) as i32,
+                        tag: (s.u8() % 4) as i32 - 1,
+                        seq: s.u8() as u32,
+                        sender: PEER,
+                    };
+                    let mut b = [0; short::HEAD];
+                    short::encode(&head, &mut b);
+                    let n = s.u8() as usize % (short::MAX_PAYLOAD + 1);
+                    [&b[..], s.bytes(n)].concat()
+                } else {
+                    let len = s.u8() as usize;
+                    s.bytes(len).to_vec()
+                };
+                // The ring names its peer; now and then a name the core
+                // does not know.
+                let sender = if s.u8() == 0xff { s.u64() } else { PEER };
+                match short::decode(&pkt, sender) {
+                    Some((head, payload)) => core.on_ring_eager(rail, &head, payload, &mut out),
+                    None => core.on_ring_packet(rail, &pkt, &mut out),
+                }
             }
             4 => {
                 let len = s.u8() as usize;
