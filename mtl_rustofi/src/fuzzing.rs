@@ -311,7 +311,7 @@ pub fn core_packets(data: &[u8]) {
             }
             4 if ring => {
                 // A packet read from a ring, handed over as the driver
-                // hands it: short format below a base header's length.
+                // hands it (`short::deliver`).
                 let pkt = if s.u8() & 1 == 0 {
                     let head = EagerHead {
                         ctx: (s.u8() % 3) as u32,
@@ -320,10 +320,8 @@ pub fn core_packets(data: &[u8]) {
                         seq: s.u8() as u32,
                         sender: PEER,
                     };
-                    let mut b = [0; short::HEAD];
-                    short::encode(&head, &mut b);
                     let n = s.u8() as usize % (short::MAX_PAYLOAD + 1);
-                    [&b[..], s.bytes(n)].concat()
+                    short::packet(&head, s.bytes(n))
                 } else {
                     let len = s.u8() as usize;
                     s.bytes(len).to_vec()
@@ -331,10 +329,7 @@ pub fn core_packets(data: &[u8]) {
                 // The ring names its peer; now and then a name the core
                 // does not know.
                 let sender = if s.u8() == 0xff { s.u64() } else { PEER };
-                match short::decode(&pkt, sender) {
-                    Some((head, payload)) => core.on_ring_eager(rail, &head, payload, &mut out),
-                    None => core.on_ring_packet(rail, &pkt, &mut out),
-                }
+                short::deliver(&mut core, rail, &pkt, sender, &mut out);
             }
             4 => {
                 let len = s.u8() as usize;

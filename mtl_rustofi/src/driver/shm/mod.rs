@@ -564,10 +564,7 @@ impl ShmRail {
         for (from, name, c) in &mut self.rx {
             let name = *name;
             for _ in 0..POLL_BUDGET {
-                let read = c.pop(|pkt| match short::decode(pkt, name) {
-                    Some((head, payload)) => core.on_ring_eager(rail, &head, payload, out),
-                    None => core.on_ring_packet(rail, pkt, out),
-                });
+                let read = c.pop(|pkt| short::deliver(core, rail, pkt, name, out));
                 match read {
                     Ok(true) => total += 1,
                     Ok(false) => break,

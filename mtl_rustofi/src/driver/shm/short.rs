@@ -24,6 +24,8 @@
 //! which refuses it as it refuses any packet shorter than a header.
 
 use super::ring;
+use crate::proto::ids::RailId;
+use crate::proto::{Core, Out};
 use crate::wire::{self, EagerHead};
 
 /// Bytes of a short packet's header.
@@ -73,9 +75,20 @@ pub(crate) fn decode(pkt: &[u8], sender: u64) -> Option<(EagerHead, &[u8])> {
     ))
 }
 
-/// The short packet of message `h` with `payload` (tests and the
-/// simulator build what the driver writes into a ring).
-#[cfg(test)]
+/// Hands a packet read from a ring of `rail` to the core as its format
+/// says: a short one through [`Core::on_ring_eager`], with the ring's peer
+/// `sender` as its sender; any other through [`Core::on_ring_packet`].
+#[inline(always)]
+pub(crate) fn deliver(core: &mut Core, rail: RailId, pkt: &[u8], sender: u64, out: &mut Out) {
+    match decode(pkt, sender) {
+        Some((head, payload)) => core.on_ring_eager(rail, &head, payload, out),
+        None => core.on_ring_packet(rail, pkt, out),
+    }
+}
+
+/// The short packet of message `h` with `payload` (tests, the simulator
+/// and the fuzz targets build what the driver writes into a ring).
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn packet(h: &EagerHead, payload: &[u8]) -> Vec<u8> {
     let mut b = [0; HEAD];
     encode(h, &mut b);
