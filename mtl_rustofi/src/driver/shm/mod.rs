@@ -266,11 +266,20 @@ impl ShmRail {
         };
         if settings.verbose > 1 {
             crate::log::info(&format!(
-                "rustofi: shared-memory rail local_rank={} of {} segment={} eager_limit={} \
-                 cma={} rndv={}",
+                "rustofi: shared-memory rail local_rank={} of {} segment={} ring_cells={}{} \
+                 eager_limit={} cma={} rndv={}",
                 job.rank,
                 job.size,
                 seg.path(),
+                seg.cells(),
+                if seg.cells() < segment::ring_cells(job.size) {
+                    format!(
+                        " (fewer than {}: no room for more in /dev/shm)",
+                        segment::ring_cells(job.size)
+                    )
+                } else {
+                    String::new()
+                },
                 eager_limit,
                 match &cma_off {
                     None => "on".to_string(),

@@ -2,22 +2,33 @@
 //! one ring per ordered pair of local ranks (a rank's messages to itself
 //! included).
 //!
-//! Every local rank creates or opens the same POSIX object, named after
-//! the user, Open MPI's job id (two jobs on a host never meet) and the
-//! host name (hosts that share `/dev/shm`, such as containers or network
-//! namespaces on one machine, never meet either: Open MPI tells same-host
-//! peers by host name too), sizes
-//! it (the same size from every rank, so the order does not matter; a
-//! fresh object reads as zeros, which is every ring's empty state), maps
-//! it and counts itself in the header. The rank that completes the count
-//! unlinks the name: from then on the memory lives only in the mappings,
-//! and nothing is left in `/dev/shm` however the ranks end. A rank that
-//! dies before attaching leaves the name behind until the runtime's
-//! cleanup (the path is registered with it, as for the libfabric rail).
+//! Every local rank opens the same POSIX object, named after the user,
+//! Open MPI's job id (two jobs on a host never meet) and the host name
+//! (hosts that share `/dev/shm`, such as containers or network namespaces
+//! on one machine, never meet either: Open MPI tells same-host peers by
+//! host name too). The rank that creates it sizes it: the rings take the
+//! preferred size ([`ring_cells`]) if the whole segment fits in the room
+//! the file system has left, else the largest that fits down to
+//! [`MIN_RING_CELLS`], else the rail is refused with a message. The
+//! others read the ring size off the object's length, so all agree. A
+//! fresh object reads as zeros, which is every ring's empty state, so
+//! nobody initialises anything. Each rank maps it and counts itself in
+//! the header. The rank that completes the count unlinks the name: from
+//! then on the memory lives only in the mappings, and nothing is left in
+//! `/dev/shm` however the ranks end. A rank that dies before attaching
+//! leaves the name behind until the runtime's cleanup (the path is
+//! registered with it, as for the libfabric rail).
+//!
+//! Why the room is checked: the object is sparse, and its pages are
+//! allocated as the rings are first touched. On a `/dev/shm` too small
+//! for it (a container's default is 64 MiB) a touch past the end of the
+//! room would kill the rank with SIGBUS, without a word, in the middle
+//! of a job.
 
 use super::ring::{Raw, CELL, LINE};
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// Cells per ring at the least: 128 KiB, eight of the largest eager
 /// packets. The rail's packet limit is set from it, so it is the same
@@ -93,9 +104,73 @@ pub(crate) fn host_id() -> u32 {
     })
 }
 
-/// Size of the segment of `ranks` local ranks.
-pub(crate) fn size(ranks: usize) -> usize {
-    HEADER + ranks * ranks * ring_bytes(ring_cells(ranks))
+/// Size of the segment of `ranks` local ranks with rings of `cells`
+/// cells.
+pub(crate) fn size(ranks: usize, cells: usize) -> usize {
+    HEADER + ranks * ranks * ring_bytes(cells)
+}
+
+/// Cells per ring of a new segment of `ranks` local ranks on a file
+/// system with `room` bytes left: [`ring_cells`] if the whole segment
+/// fits, else the largest power of two down to [`MIN_RING_CELLS`] that
+/// does; `None` if not even that fits. The whole segment, not what a
+/// job may touch of it: any pair may talk, and every rank polls the
+/// first page of each ring to it.
+pub(crate) fn ring_cells_within(ranks: usize, room: u64) -> Option<usize> {
+    let mut cells = ring_cells(ranks);
+    loop {
+        if size(ranks, cells) as u64 <= room {
+            return Some(cells);
+        }
+        if cells <= MIN_RING_CELLS {
+            return None;
+        }
+        cells /= 2;
+    }
+}
+
+/// The cells per ring of an existing segment of `len` bytes for `ranks`
+/// local ranks, if `len` is the length of such a segment.
+fn cells_of(ranks: usize, len: usize) -> Option<usize> {
+    let mut cells = MIN_RING_CELLS;
+    while cells <= MAX_RING_CELLS {
+        if size(ranks, cells) == len {
+            return Some(cells);
+        }
+        cells *= 2;
+    }
+    None
+}
+
+/// How long a rank that found the object waits for its creator to size
+/// it (a few system calls away).
+const SIZE_WAIT: Duration = Duration::from_secs(10);
+
+/// Bytes the file system of `fd` can still allocate (`u64::MAX` where it
+/// sets no limit: a tmpfs mounted with `size=0` reports no blocks).
+fn room(fd: i32, name: &str) -> Result<u64, String> {
+    // SAFETY: fstatvfs writes into the zeroed struct we pass.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and struct.
+    if unsafe { libc::fstatvfs(fd, &mut st) } != 0 {
+        return Err(os_error("fstatvfs", name));
+    }
+    if st.f_blocks == 0 {
+        return Ok(u64::MAX);
+    }
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+/// The refusal of a segment that does not fit.
+fn no_room(name: &str, ranks: usize, room: u64) -> String {
+    let least = size(ranks, MIN_RING_CELLS);
+    format!(
+        "not enough room in /dev/shm for /dev/shm{name}: the rings of {ranks} local ranks need \
+         at least {least} bytes ({:.1} MiB), {room} bytes are left; enlarge /dev/shm (a \
+         container's is 64 MiB unless set, e.g. with docker run --shm-size) or set \
+         mtl_rustofi_shm = off",
+        least as f64 / (1 << 20) as f64
+    )
 }
 
 fn os_error(what: &str, name: &str) -> String {
@@ -107,18 +182,9 @@ impl Segment {
     /// counts this rank in; the last of them unlinks it.
     pub(crate) fn attach(jobid: u32, host: u32, ranks: usize) -> Result<Segment, String> {
         let name = name(jobid, host);
-        let len = size(ranks);
         let c = CString::new(name.clone()).expect("no NUL in the name");
-        // SAFETY: a valid C string; the descriptor is closed below.
-        let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT, 0o600) };
-        if fd < 0 {
-            return Err(os_error("shm_open", &name));
-        }
-        let r = Self::map(fd, len, &name);
-        // SAFETY: our descriptor; the mapping (if any) stays valid.
-        unsafe { libc::close(fd) };
-        let base = match r {
-            Ok(b) => b,
+        let (base, len, cells) = match Self::open_sized(&c, &name, ranks) {
+            Ok(m) => m,
             Err(e) => {
                 // SAFETY: a valid C string.
                 unsafe { libc::shm_unlink(c.as_ptr()) };
@@ -129,7 +195,7 @@ impl Segment {
             base,
             len,
             ranks,
-            cells: ring_cells(ranks),
+            cells,
             path: format!("/dev/shm{name}"),
         };
         let n = seg.attached().fetch_add(1, Ordering::AcqRel) + 1;
@@ -147,26 +213,97 @@ impl Segment {
         Ok(seg)
     }
 
-    fn map(fd: i32, len: usize, name: &str) -> Result<*mut u8, String> {
-        // SAFETY: fstat writes into the zeroed struct we pass.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid descriptor and struct.
-        if unsafe { libc::fstat(fd, &mut st) } != 0 {
-            return Err(os_error("fstat", name));
+    /// Opens the object, creating and sizing it if this rank comes first,
+    /// and maps it: the mapping, its length and the cells per ring.
+    fn open_sized(c: &CStr, name: &str, ranks: usize) -> Result<(*mut u8, usize, usize), String> {
+        // A creator that gave up unlinks the name between another rank's
+        // two opens; that rank then tries to create it in turn.
+        for _ in 0..3 {
+            let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
+            // SAFETY: a valid C string; the descriptor is closed below.
+            let mut fd = unsafe { libc::shm_open(c.as_ptr(), flags, 0o600) };
+            let created = fd >= 0;
+            if !created {
+                if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+                    return Err(os_error("shm_open", name));
+                }
+                // SAFETY: as above.
+                fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR, 0o600) };
+                if fd < 0 {
+                    if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) {
+                        continue;
+                    }
+                    return Err(os_error("shm_open", name));
+                }
+            }
+            let sized = if created {
+                Self::size_new(fd, name, ranks)
+            } else {
+                Self::size_found(fd, name, ranks)
+            };
+            let r = sized.and_then(|(len, cells)| Ok((Self::map(fd, len, name)?, len, cells)));
+            // SAFETY: our descriptor; the mapping (if any) stays valid.
+            unsafe { libc::close(fd) };
+            return r;
         }
-        let have = st.st_size as usize;
-        if have != 0 && have != len {
-            return Err(format!(
-                "{name} has {have} bytes, this job needs {len}: a leftover of an earlier job \
-                 with the same id (removed now; start the job again)"
-            ));
-        }
-        // SAFETY: a valid descriptor; growing to the same size twice is a
-        // no-op, so every rank may do it.
+        Err(format!(
+            "{name} was removed three times while this rank opened it"
+        ))
+    }
+
+    /// Sizes the object this rank created: as large as [`ring_cells`]
+    /// asks if it fits in the file system's room, else smaller.
+    fn size_new(fd: i32, name: &str, ranks: usize) -> Result<(usize, usize), String> {
+        let room = room(fd, name)?;
+        let cells = ring_cells_within(ranks, room).ok_or_else(|| no_room(name, ranks, room))?;
+        let len = size(ranks, cells);
+        // SAFETY: a valid descriptor of an object of ours.
         if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
             return Err(os_error("ftruncate", name));
         }
-        // SAFETY: a fresh shared mapping of the whole object.
+        Ok((len, cells))
+    }
+
+    /// The length and ring size of an object another rank created, once
+    /// that rank has sized it.
+    fn size_found(fd: i32, name: &str, ranks: usize) -> Result<(usize, usize), String> {
+        let start = Instant::now();
+        loop {
+            // SAFETY: fstat writes into the zeroed struct we pass.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: a valid descriptor and struct.
+            if unsafe { libc::fstat(fd, &mut st) } != 0 {
+                return Err(os_error("fstat", name));
+            }
+            let have = st.st_size as usize;
+            if have != 0 {
+                return cells_of(ranks, have).map(|c| (have, c)).ok_or_else(|| {
+                    format!(
+                        "{name} has {have} bytes, no segment of {ranks} ranks: a leftover of an \
+                         earlier job with the same id (removed now; start the job again)"
+                    )
+                });
+            }
+            // The creator's own check, made here too: a rank does not
+            // wait for one that found no room and gave up.
+            let room = room(fd, name)?;
+            if ring_cells_within(ranks, room).is_none() {
+                return Err(no_room(name, ranks, room));
+            }
+            if start.elapsed() > SIZE_WAIT {
+                return Err(format!(
+                    "{name} was not sized within {} s: a leftover of an earlier job with the \
+                     same id, or its creator died (removed now; start the job again)",
+                    SIZE_WAIT.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn map(fd: i32, len: usize, name: &str) -> Result<*mut u8, String> {
+        // SAFETY: a fresh shared mapping of the whole object, which is
+        // `len` bytes long.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -181,6 +318,11 @@ impl Segment {
             return Err(os_error("mmap", name));
         }
         Ok(p as *mut u8)
+    }
+
+    /// Cells per ring.
+    pub(crate) fn cells(&self) -> usize {
+        self.cells
     }
 
     fn attached(&self) -> &AtomicU64 {
@@ -203,7 +345,7 @@ impl Segment {
     pub(crate) fn ring(&self, from: usize, to: usize) -> Raw {
         let off = self.ring_offset(from, to);
         // SAFETY: the ring lies within the mapping (checked indices; the
-        // mapping is `size(ranks)` long), its tail line and cells 64-byte
+        // mapping is `size(ranks, cells)` long), its tail line and cells 64-byte
         // aligned (page-aligned base, HEADER and ring_bytes multiples of
         // 64); the mapping outlives every Raw (the rail drops its rings
         // before the segment).
@@ -373,6 +515,84 @@ mod tests {
         unlink(job, 2);
         assert_eq!((s.cells, s.ring(16, 16).count()), (4096, 4096));
         assert_eq!(s.ring_offset(16, 16) + ring_bytes(4096), s.len);
+    }
+
+    #[test]
+    fn rings_shrink_to_the_room_left_and_are_refused_below_the_least() {
+        let full = |n: usize| size(n, ring_cells(n)) as u64;
+        // Room for the whole segment: the preferred size.
+        assert_eq!(ring_cells_within(4, full(4)), Some(8192));
+        assert_eq!(ring_cells_within(4, u64::MAX), Some(8192));
+        // A byte short: the next size down, which needs about half.
+        assert_eq!(ring_cells_within(4, full(4) - 1), Some(4096));
+        let least = size(4, MIN_RING_CELLS) as u64;
+        assert_eq!(ring_cells_within(4, least), Some(MIN_RING_CELLS));
+        assert_eq!(ring_cells_within(4, least - 1), None);
+        // 16 ranks in a container's default 64 MiB: the preferred rings
+        // (64 MiB and the header) do not fit, the smaller ones do.
+        assert!(full(16) > 64 << 20);
+        assert_eq!(ring_cells_within(16, 64 << 20), Some(4096));
+        // Beyond 16 ranks the preferred size is already the least.
+        assert_eq!(ring_cells_within(17, full(17) - 1), None);
+        // Every size a creator can pick is read back off its length, and
+        // only those are.
+        for n in [1, 2, 3, 16, 17, 192] {
+            for cells in [MIN_RING_CELLS, MAX_RING_CELLS] {
+                assert_eq!(cells_of(n, size(n, cells)), Some(cells));
+                assert_eq!(cells_of(n, size(n, cells) + LINE), None);
+            }
+        }
+        assert_eq!(cells_of(2, size(3, 8192)), None);
+        assert_eq!(cells_of(2, 0), None);
+    }
+
+    /// Creates the job's object as another rank would have, sized to
+    /// `len` after `delay` (0: at once).
+    fn create_sized(
+        job: u32,
+        host: u32,
+        len: usize,
+        delay: Duration,
+    ) -> std::thread::JoinHandle<()> {
+        let c = CString::new(name(job, host)).unwrap();
+        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
+        // SAFETY: a valid C string.
+        let fd = unsafe { libc::shm_open(c.as_ptr(), flags, 0o600) };
+        assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+        std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            // SAFETY: our descriptor, closed after.
+            unsafe {
+                assert_eq!(libc::ftruncate(fd, len as libc::off_t), 0);
+                libc::close(fd);
+            }
+        })
+    }
+
+    #[test]
+    fn a_rank_takes_the_ring_size_its_creator_chose_and_waits_for_it() {
+        let job = 0xfb00_0000 | std::process::id();
+        // A creator that found room only for the smaller rings: the
+        // others map them as it sized them, though they would prefer more.
+        create_sized(job, 1, size(2, MIN_RING_CELLS), Duration::ZERO)
+            .join()
+            .unwrap();
+        let a = Segment::attach(job, 1, 2).unwrap();
+        let b = Segment::attach(job, 1, 2).unwrap();
+        assert_eq!((a.cells(), b.cells()), (MIN_RING_CELLS, MIN_RING_CELLS));
+        assert!(MIN_RING_CELLS < ring_cells(2));
+        assert_eq!(a.ring_offset(1, 1) + ring_bytes(MIN_RING_CELLS), a.len);
+        assert!(!exists(a.path()), "unlinked once both attached");
+        // A rank that finds the object before its creator sized it waits
+        // for the size (and sees a whole ring, not a zero-length one).
+        let t = create_sized(job, 2, size(1, MAX_RING_CELLS), Duration::from_millis(50));
+        let s = Segment::attach(job, 2, 1).unwrap();
+        t.join().unwrap();
+        assert_eq!(
+            (s.cells(), s.len),
+            (MAX_RING_CELLS, size(1, MAX_RING_CELLS))
+        );
+        assert_eq!(s.ring(0, 0).count(), MAX_RING_CELLS);
     }
 
     #[test]
