@@ -6,7 +6,7 @@
 # Usage: tests/shm_room.sh (as root: it mounts a small tmpfs on /dev/shm in
 # a mount namespace of its own, which nothing outside it sees)
 #
-# The segment of NP = 4 local ranks takes 4,198,400 bytes with the
+# The segment of NP = 4 local ranks takes 4,199,424 bytes with the
 # preferred rings (8,192 cells) and 2,102,272 with the least (4,096). Each
 # case runs tests/mpi/shmroom/fill_rings.c (every rank sends every other
 # one 20 windows of 64 x 4 KiB, checked byte by byte, so every ring wraps
@@ -57,7 +57,9 @@ if [[ $(id -u) != 0 ]] || ! unshare -m true 2>/dev/null; then
 fi
 
 # Lines of the log that match, counted.
-count() { grep -c -- "$2" "$1" || true; }
+# (-a: Open MPI 5's show_help output holds a NUL byte, which would make
+# grep take the log for a binary file.)
+count() { grep -ac -- "$2" "$1" || true; }
 
 # run_case NAME TMPFS_SIZE EXPECT(pass|fail) MCA-ARGS...
 run_case() {
@@ -76,12 +78,14 @@ run_case() {
         fail "$name" "cannot mount a tmpfs on /dev/shm (log $log)"
         return
     fi
-    if grep -qiE 'bus error|signal 7|exited on signal' "$log"; then
+    if grep -aqiE 'bus error|signal 7|exited on signal' "$log"; then
         fail "$name" "a rank was killed by a signal (log $log)"
     fi
     case $expect in
         pass)
-            if ((rc != 0)) || ! grep -q '^PASS fill_rings' "$log"; then
+            # Not anchored: on 5.0 a NUL byte of show_help's output can
+            # end up in front of it.
+            if ((rc != 0)) || ! grep -aq 'PASS fill_rings (' "$log"; then
                 fail "$name" "job failed (exit $rc, log $log)"
             fi
             ;;

@@ -106,9 +106,13 @@ struct Addr {
     /// [`segment::host_id`]: which segment of the job the rank is in.
     host: u32,
     probe: u64,
+    /// [`Segment::id`]: ranks that mapped different objects of the job's
+    /// name (one removed and made again between their opens) do not take
+    /// each other for peers, whose rings the other would never read.
+    seg: u64,
 }
 
-const ADDR_LEN: usize = 24;
+const ADDR_LEN: usize = 32;
 
 impl Addr {
     fn encode(&self) -> Vec<u8> {
@@ -119,6 +123,7 @@ impl Addr {
         v.extend_from_slice(&self.jobid.to_le_bytes());
         v.extend_from_slice(&self.host.to_le_bytes());
         v.extend_from_slice(&self.probe.to_le_bytes());
+        v.extend_from_slice(&self.seg.to_le_bytes());
         v
     }
 
@@ -135,6 +140,7 @@ impl Addr {
             jobid: u32_at(8),
             host: u32_at(12),
             probe: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+            seg: u64::from_le_bytes(b[24..32].try_into().unwrap()),
         })
     }
 }
@@ -322,6 +328,7 @@ impl ShmRail {
                 jobid: job.jobid,
                 host,
                 probe: &cma::PROBE as *const u64 as u64,
+                seg: seg.id(),
             },
             peers: (0..job.size).map(|_| None).collect(),
             rx: Vec::new(),
@@ -360,12 +367,13 @@ impl ShmRail {
     }
 
     /// Whether a peer's published address is reachable here (the same
-    /// job's segment on this host, the same layout).
+    /// job's segment on this host, the same layout, the same object).
     pub(crate) fn reaches(&self, name: &[u8]) -> bool {
         Addr::decode(name).is_some_and(|a| {
             a.jobid == self.me.jobid
                 && a.host == self.me.host
                 && a.size == self.me.size
+                && a.seg == self.me.seg
                 && (a.rank as usize) < self.job.size
         })
     }
@@ -693,8 +701,9 @@ mod addr_tests {
             jobid: 0x1234_5678,
             host: 0x9abc_def0,
             probe: 0xdead_beef_0000,
+            seg: 0x0123_4567_89ab_cdef,
         };
         assert_eq!(Addr::decode(&a.encode()), Some(a));
-        assert_eq!(Addr::decode(&a.encode()[..23]), None);
+        assert_eq!(Addr::decode(&a.encode()[..31]), None);
     }
 }

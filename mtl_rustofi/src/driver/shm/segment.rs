@@ -10,7 +10,10 @@
 //! preferred size ([`ring_cells`]) if the whole segment fits in the room
 //! the file system has left, else the largest that fits down to
 //! [`MIN_RING_CELLS`], else the rail is refused with a message. The
-//! others read the ring size off the object's length, so all agree. A
+//! others read the ring size off the object's length, so all agree; and
+//! each publishes the object's inode with its address, so that ranks that
+//! mapped different objects of one name (removed and made again between
+//! their opens) never take each other for peers. A
 //! fresh object reads as zeros, which is every ring's empty state, so
 //! nobody initialises anything. Each rank maps it and counts itself in
 //! the header. The rank that completes the count unlinks the name: from
@@ -77,8 +80,14 @@ pub(crate) struct Segment {
     base: *mut u8,
     len: usize,
     ranks: usize,
-    /// Cells per ring ([`ring_cells`] of `ranks`).
+    /// Cells per ring, as the rank that created the object chose them
+    /// ([`ring_cells_within`]).
     cells: usize,
+    /// The object's inode: every rank that maps this segment sees the
+    /// same, so that ranks in different objects of one name (a name
+    /// removed and made again between their opens) never take each other
+    /// for peers.
+    id: u64,
     path: String,
 }
 
@@ -142,14 +151,15 @@ fn cells_of(ranks: usize, len: usize) -> Option<usize> {
     None
 }
 
-/// How long a rank that found the object waits for its creator to size
-/// it (a few system calls away).
+/// How long a rank may take to have the object: a rank that found it
+/// waits this long for its creator to size it (a few system calls away),
+/// and one whose object was removed under it tries again until then.
 const SIZE_WAIT: Duration = Duration::from_secs(10);
 
 /// Bytes the file system of `fd` can still allocate (`u64::MAX` where it
 /// sets no limit: a tmpfs mounted with `size=0` reports no blocks).
 fn room(fd: i32, name: &str) -> Result<u64, String> {
-    // SAFETY: fstatvfs writes into the zeroed struct we pass.
+    // SAFETY: all zeros is a valid `statvfs` (integers only).
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: a valid descriptor and struct.
     if unsafe { libc::fstatvfs(fd, &mut st) } != 0 {
@@ -177,25 +187,65 @@ fn os_error(what: &str, name: &str) -> String {
     format!("{what} {name}: {}", std::io::Error::last_os_error())
 }
 
+/// Why a rank cannot have the segment, and whether it removes the name
+/// (`ours`: an object it created, or a leftover it found).
+struct Refusal {
+    why: String,
+    ours: bool,
+}
+
+/// A mapping of the job's object.
+struct Mapped {
+    base: *mut u8,
+    len: usize,
+    cells: usize,
+    id: u64,
+}
+
+/// The inode of the object open as `fd`.
+fn inode(fd: i32, name: &str) -> Result<u64, String> {
+    // SAFETY: all zeros is a valid `stat` (integers only).
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and struct.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(os_error("fstat", name));
+    }
+    Ok(st.st_ino)
+}
+
+/// Removes the name `c` if it still names the object open as `fd` (not
+/// one another rank has made since).
+fn unlink_if_same(c: &CStr, fd: i32) {
+    let path = CString::new(format!("/dev/shm{}", c.to_string_lossy())).expect("no NUL");
+    // SAFETY: all zeros is a valid `stat` (integers only).
+    let (mut by_fd, mut by_path): (libc::stat, libc::stat) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: a valid descriptor, a valid C string and valid structs.
+    let same = unsafe {
+        libc::fstat(fd, &mut by_fd) == 0
+            && libc::stat(path.as_ptr(), &mut by_path) == 0
+            && by_fd.st_ino == by_path.st_ino
+            && by_fd.st_dev == by_path.st_dev
+    };
+    if same {
+        // SAFETY: a valid C string.
+        unsafe { libc::shm_unlink(c.as_ptr()) };
+    }
+}
+
 impl Segment {
     /// Creates or opens the job's segment for `ranks` local ranks and
     /// counts this rank in; the last of them unlinks it.
     pub(crate) fn attach(jobid: u32, host: u32, ranks: usize) -> Result<Segment, String> {
         let name = name(jobid, host);
         let c = CString::new(name.clone()).expect("no NUL in the name");
-        let (base, len, cells) = match Self::open_sized(&c, &name, ranks) {
-            Ok(m) => m,
-            Err(e) => {
-                // SAFETY: a valid C string.
-                unsafe { libc::shm_unlink(c.as_ptr()) };
-                return Err(e);
-            }
-        };
+        let m = Self::open_sized(&c, &name, ranks)?;
         let seg = Segment {
-            base,
-            len,
+            base: m.base,
+            len: m.len,
             ranks,
-            cells,
+            cells: m.cells,
+            id: m.id,
             path: format!("/dev/shm{name}"),
         };
         let n = seg.attached().fetch_add(1, Ordering::AcqRel) + 1;
@@ -214,11 +264,10 @@ impl Segment {
     }
 
     /// Opens the object, creating and sizing it if this rank comes first,
-    /// and maps it: the mapping, its length and the cells per ring.
-    fn open_sized(c: &CStr, name: &str, ranks: usize) -> Result<(*mut u8, usize, usize), String> {
-        // A creator that gave up unlinks the name between another rank's
-        // two opens; that rank then tries to create it in turn.
-        for _ in 0..3 {
+    /// and maps it.
+    fn open_sized(c: &CStr, name: &str, ranks: usize) -> Result<Mapped, String> {
+        let deadline = Instant::now() + SIZE_WAIT;
+        loop {
             let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
             // SAFETY: a valid C string; the descriptor is closed below.
             let mut fd = unsafe { libc::shm_open(c.as_ptr(), flags, 0o600) };
@@ -230,72 +279,123 @@ impl Segment {
                 // SAFETY: as above.
                 fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR, 0o600) };
                 if fd < 0 {
+                    // Removed between the two opens (by a creator that
+                    // gave up): this rank tries to create it in turn.
                     if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) {
                         continue;
                     }
                     return Err(os_error("shm_open", name));
                 }
             }
-            let sized = if created {
-                Self::size_new(fd, name, ranks)
+            let r = if created {
+                room(fd, name)
+                    .map_err(|why| Refusal { why, ours: true })
+                    .and_then(|room| Self::size_new(fd, name, ranks, room))
             } else {
-                Self::size_found(fd, name, ranks)
+                Self::size_found(fd, name, ranks, deadline)
             };
-            let r = sized.and_then(|(len, cells)| Ok((Self::map(fd, len, name)?, len, cells)));
+            let r = match r {
+                Ok(Some((len, cells))) => inode(fd, name).and_then(|id| {
+                    Ok(Some(Mapped {
+                        base: Self::map(fd, len, name)?,
+                        len,
+                        cells,
+                        id,
+                    }))
+                }),
+                Ok(None) => Ok(None),
+                Err(Refusal { why, ours }) => {
+                    // Only an object this rank made or judged a leftover
+                    // is removed, and only while the name is still its.
+                    if ours {
+                        unlink_if_same(c, fd);
+                    }
+                    Err(why)
+                }
+            };
             // SAFETY: our descriptor; the mapping (if any) stays valid.
             unsafe { libc::close(fd) };
-            return r;
+            match r {
+                Ok(Some(m)) => return Ok(m),
+                // Its creator gave up and removed it: try again.
+                Ok(None) if Instant::now() < deadline => {}
+                Ok(None) => {
+                    return Err(format!("{name} kept being removed as this rank opened it"))
+                }
+                Err(why) => return Err(why),
+            }
         }
-        Err(format!(
-            "{name} was removed three times while this rank opened it"
-        ))
     }
 
-    /// Sizes the object this rank created: as large as [`ring_cells`]
-    /// asks if it fits in the file system's room, else smaller.
-    fn size_new(fd: i32, name: &str, ranks: usize) -> Result<(usize, usize), String> {
-        let room = room(fd, name)?;
-        let cells = ring_cells_within(ranks, room).ok_or_else(|| no_room(name, ranks, room))?;
+    /// Sizes the object this rank created, on a file system with `room`
+    /// bytes left: as large as [`ring_cells`] asks if it fits, else
+    /// smaller. The length and the cells per ring.
+    fn size_new(
+        fd: i32,
+        name: &str,
+        ranks: usize,
+        room: u64,
+    ) -> Result<Option<(usize, usize)>, Refusal> {
+        let cells = ring_cells_within(ranks, room).ok_or_else(|| Refusal {
+            why: no_room(name, ranks, room),
+            ours: true,
+        })?;
         let len = size(ranks, cells);
         // SAFETY: a valid descriptor of an object of ours.
         if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
-            return Err(os_error("ftruncate", name));
+            return Err(Refusal {
+                why: os_error("ftruncate", name),
+                ours: true,
+            });
         }
-        Ok((len, cells))
+        Ok(Some((len, cells)))
     }
 
-    /// The length and ring size of an object another rank created, once
-    /// that rank has sized it.
-    fn size_found(fd: i32, name: &str, ranks: usize) -> Result<(usize, usize), String> {
-        let start = Instant::now();
+    /// The length and cells per ring of an object another rank created,
+    /// once that rank has sized it; `None` if that rank gave up and
+    /// removed it meanwhile.
+    fn size_found(
+        fd: i32,
+        name: &str,
+        ranks: usize,
+        deadline: Instant,
+    ) -> Result<Option<(usize, usize)>, Refusal> {
         loop {
-            // SAFETY: fstat writes into the zeroed struct we pass.
+            // SAFETY: all zeros is a valid `stat` (integers only).
             let mut st: libc::stat = unsafe { std::mem::zeroed() };
             // SAFETY: a valid descriptor and struct.
             if unsafe { libc::fstat(fd, &mut st) } != 0 {
-                return Err(os_error("fstat", name));
+                return Err(Refusal {
+                    why: os_error("fstat", name),
+                    ours: false,
+                });
             }
             let have = st.st_size as usize;
             if have != 0 {
-                return cells_of(ranks, have).map(|c| (have, c)).ok_or_else(|| {
-                    format!(
-                        "{name} has {have} bytes, no segment of {ranks} ranks: a leftover of an \
-                         earlier job with the same id (removed now; start the job again)"
-                    )
+                return match cells_of(ranks, have) {
+                    Some(cells) => Ok(Some((have, cells))),
+                    None => Err(Refusal {
+                        why: format!(
+                            "{name} has {have} bytes, no segment of {ranks} ranks: a leftover \
+                             of an earlier job with the same id (removed now; start the job \
+                             again)"
+                        ),
+                        ours: true,
+                    }),
+                };
+            }
+            if st.st_nlink == 0 {
+                return Ok(None);
+            }
+            if Instant::now() > deadline {
+                return Err(Refusal {
+                    why: format!(
+                        "{name} was not sized within {} s: a leftover of an earlier job with the \
+                         same id, or its creator died (removed now; start the job again)",
+                        SIZE_WAIT.as_secs()
+                    ),
+                    ours: true,
                 });
-            }
-            // The creator's own check, made here too: a rank does not
-            // wait for one that found no room and gave up.
-            let room = room(fd, name)?;
-            if ring_cells_within(ranks, room).is_none() {
-                return Err(no_room(name, ranks, room));
-            }
-            if start.elapsed() > SIZE_WAIT {
-                return Err(format!(
-                    "{name} was not sized within {} s: a leftover of an earlier job with the \
-                     same id, or its creator died (removed now; start the job again)",
-                    SIZE_WAIT.as_secs()
-                ));
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -323,6 +423,12 @@ impl Segment {
     /// Cells per ring.
     pub(crate) fn cells(&self) -> usize {
         self.cells
+    }
+
+    /// What tells this segment from another object of the same name
+    /// (its inode).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     fn attached(&self) -> &AtomicU64 {
@@ -430,177 +536,5 @@ unsafe impl Send for Segment {}
 unsafe impl Sync for Segment {}
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::super::ring::Cells;
-    use super::*;
-
-    fn exists(p: &str) -> bool {
-        std::path::Path::new(p).exists()
-    }
-
-    /// Removes the name of a segment not every rank attached to.
-    fn unlink(job: u32, host: u32) {
-        let c = CString::new(name(job, host)).unwrap();
-        // SAFETY: a valid C string.
-        assert_eq!(unsafe { libc::shm_unlink(c.as_ptr()) }, 0);
-    }
-
-    #[test]
-    fn unlinked_once_every_rank_attached_and_rings_are_shared() {
-        let job = 0xfe00_0000 | std::process::id();
-        let a = Segment::attach(job, 1, 2).unwrap();
-        assert!(exists(a.path()), "still named while a rank is missing");
-        // The same job on another host (sharing /dev/shm) has its own.
-        let other = Segment::attach(job, 2, 2).unwrap();
-        assert_ne!(other.path(), a.path());
-        unlink(job, 2);
-        let b = Segment::attach(job, 1, 2).unwrap();
-        assert!(!exists(a.path()), "unlinked once both attached");
-        // What one mapping's producer writes the other's consumer reads.
-        let mut p = super::super::ring::Producer::new(a.ring(0, 1));
-        let mut c = super::super::ring::Consumer::new(b.ring(0, 1));
-        p.push(&[b"hello"]).unwrap();
-        let mut got = Vec::new();
-        assert!(c.pop(|x| got.extend_from_slice(x)).unwrap());
-        assert_eq!(got, b"hello");
-        // The reverse ring is a different one.
-        let mut c2 = super::super::ring::Consumer::new(a.ring(1, 0));
-        assert!(!c2.pop(|_| {}).unwrap());
-        // Priming a ring that holds a packet changes none of its bytes
-        // (where the kernel lacks the advice, before 5.14, it is refused
-        // with EINVAL and changes nothing either).
-        p.push(&[b"primed"]).unwrap();
-        for (seg, from, to) in [(&a, 0, 1), (&b, 0, 1), (&b, 1, 1)] {
-            if !seg.prime(from, to) {
-                let e = std::io::Error::last_os_error().raw_os_error();
-                assert_eq!(e, Some(libc::EINVAL), "priming failed otherwise");
-            }
-        }
-        got.clear();
-        assert!(c.pop(|x| got.extend_from_slice(x)).unwrap());
-        assert_eq!(got, b"primed");
-        assert!(!c.pop(|_| {}).unwrap());
-    }
-
-    #[test]
-    fn rings_are_as_large_as_the_budget_allows_within_bounds() {
-        let cells: Vec<usize> = [1, 2, 8, 11, 12, 16, 17, 23, 64, 192, 65535]
-            .iter()
-            .map(|&n| ring_cells(n))
-            .collect();
-        assert_eq!(
-            cells,
-            [8192, 8192, 8192, 8192, 8192, 8192, 4096, 4096, 4096, 4096, 4096]
-        );
-        for n in [1, 11, 12, 16] {
-            assert!(n * n * ring_bytes(ring_cells(n)) <= RINGS_BUDGET + n * n * LINE);
-        }
-        // Each ring of a mapped segment has its own cells, the last one
-        // ending at the end of the mapping.
-        let job = 0xfc00_0000 | std::process::id();
-        let s = Segment::attach(job, 1, 1).unwrap();
-        assert_eq!(s.cells, 8192);
-        assert_eq!(s.len, HEADER + ring_bytes(8192));
-        assert_eq!(s.ring(0, 0).count(), 8192);
-        let mut p = super::super::ring::Producer::new(s.ring(0, 0));
-        let cell = [0u8; CELL - 8];
-        let mut pushed = 0;
-        while p.push(&[&cell]).is_ok() {
-            pushed += 1;
-        }
-        assert_eq!(pushed, 8192, "one cell per packet until the ring is full");
-        // Beyond 16 ranks the rings have the smaller size; the last ring
-        // ends where the mapping does.
-        let s = Segment::attach(job, 2, 17).unwrap();
-        unlink(job, 2);
-        assert_eq!((s.cells, s.ring(16, 16).count()), (4096, 4096));
-        assert_eq!(s.ring_offset(16, 16) + ring_bytes(4096), s.len);
-    }
-
-    #[test]
-    fn rings_shrink_to_the_room_left_and_are_refused_below_the_least() {
-        let full = |n: usize| size(n, ring_cells(n)) as u64;
-        // Room for the whole segment: the preferred size.
-        assert_eq!(ring_cells_within(4, full(4)), Some(8192));
-        assert_eq!(ring_cells_within(4, u64::MAX), Some(8192));
-        // A byte short: the next size down, which needs about half.
-        assert_eq!(ring_cells_within(4, full(4) - 1), Some(4096));
-        let least = size(4, MIN_RING_CELLS) as u64;
-        assert_eq!(ring_cells_within(4, least), Some(MIN_RING_CELLS));
-        assert_eq!(ring_cells_within(4, least - 1), None);
-        // 16 ranks in a container's default 64 MiB: the preferred rings
-        // (64 MiB and the header) do not fit, the smaller ones do.
-        assert!(full(16) > 64 << 20);
-        assert_eq!(ring_cells_within(16, 64 << 20), Some(4096));
-        // Beyond 16 ranks the preferred size is already the least.
-        assert_eq!(ring_cells_within(17, full(17) - 1), None);
-        // Every size a creator can pick is read back off its length, and
-        // only those are.
-        for n in [1, 2, 3, 16, 17, 192] {
-            for cells in [MIN_RING_CELLS, MAX_RING_CELLS] {
-                assert_eq!(cells_of(n, size(n, cells)), Some(cells));
-                assert_eq!(cells_of(n, size(n, cells) + LINE), None);
-            }
-        }
-        assert_eq!(cells_of(2, size(3, 8192)), None);
-        assert_eq!(cells_of(2, 0), None);
-    }
-
-    /// Creates the job's object as another rank would have, sized to
-    /// `len` after `delay` (0: at once).
-    fn create_sized(
-        job: u32,
-        host: u32,
-        len: usize,
-        delay: Duration,
-    ) -> std::thread::JoinHandle<()> {
-        let c = CString::new(name(job, host)).unwrap();
-        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
-        // SAFETY: a valid C string.
-        let fd = unsafe { libc::shm_open(c.as_ptr(), flags, 0o600) };
-        assert!(fd >= 0, "{}", std::io::Error::last_os_error());
-        std::thread::spawn(move || {
-            std::thread::sleep(delay);
-            // SAFETY: our descriptor, closed after.
-            unsafe {
-                assert_eq!(libc::ftruncate(fd, len as libc::off_t), 0);
-                libc::close(fd);
-            }
-        })
-    }
-
-    #[test]
-    fn a_rank_takes_the_ring_size_its_creator_chose_and_waits_for_it() {
-        let job = 0xfb00_0000 | std::process::id();
-        // A creator that found room only for the smaller rings: the
-        // others map them as it sized them, though they would prefer more.
-        create_sized(job, 1, size(2, MIN_RING_CELLS), Duration::ZERO)
-            .join()
-            .unwrap();
-        let a = Segment::attach(job, 1, 2).unwrap();
-        let b = Segment::attach(job, 1, 2).unwrap();
-        assert_eq!((a.cells(), b.cells()), (MIN_RING_CELLS, MIN_RING_CELLS));
-        assert!(MIN_RING_CELLS < ring_cells(2));
-        assert_eq!(a.ring_offset(1, 1) + ring_bytes(MIN_RING_CELLS), a.len);
-        assert!(!exists(a.path()), "unlinked once both attached");
-        // A rank that finds the object before its creator sized it waits
-        // for the size (and sees a whole ring, not a zero-length one).
-        let t = create_sized(job, 2, size(1, MAX_RING_CELLS), Duration::from_millis(50));
-        let s = Segment::attach(job, 2, 1).unwrap();
-        t.join().unwrap();
-        assert_eq!(
-            (s.cells(), s.len),
-            (MAX_RING_CELLS, size(1, MAX_RING_CELLS))
-        );
-        assert_eq!(s.ring(0, 0).count(), MAX_RING_CELLS);
-    }
-
-    #[test]
-    fn a_leftover_of_another_size_is_refused_and_removed() {
-        let job = 0xfd00_0000 | std::process::id();
-        let _a = Segment::attach(job, 1, 3).unwrap();
-        let e = Segment::attach(job, 1, 2).err().unwrap();
-        assert!(e.contains("leftover"), "{e}");
-        assert!(!exists(&format!("/dev/shm{}", name(job, 1))));
-    }
-}
+#[path = "segment_tests.rs"]
+mod tests;

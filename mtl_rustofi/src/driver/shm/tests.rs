@@ -357,4 +357,12 @@ fn an_address_of_another_job_or_host_is_not_served() {
     elsewhere.host ^= 1;
     assert!(a.reaches(&b.name()));
     assert!(!a.reaches(&elsewhere.encode()));
+    // A rank of this job and host that mapped another object of the
+    // segment's name (removed and made again between two ranks' opens)
+    // writes rings this one never reads: not a peer either.
+    let mut split = Addr::decode(&b.name()).unwrap();
+    assert_eq!(split.seg, Addr::decode(&a.name()).unwrap().seg);
+    split.seg ^= 1;
+    assert!(!a.reaches(&split.encode()));
+    assert!(a.insert(&split.encode(), PROC_B).is_err());
 }

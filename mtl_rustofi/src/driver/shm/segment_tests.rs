@@ -1,0 +1,281 @@
+//! The segment's sizing, sharing and removal, on this machine's
+//! `/dev/shm` (objects named after this process's id, removed again).
+
+use super::super::ring::Cells;
+use super::*;
+
+fn exists(p: &str) -> bool {
+    std::path::Path::new(p).exists()
+}
+
+/// Removes the name of a segment not every rank attached to.
+fn unlink(job: u32, host: u32) {
+    let c = CString::new(name(job, host)).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::shm_unlink(c.as_ptr()) }, 0);
+}
+
+#[test]
+fn unlinked_once_every_rank_attached_and_rings_are_shared() {
+    let job = 0xfe00_0000 | std::process::id();
+    let a = Segment::attach(job, 1, 2).unwrap();
+    assert!(exists(a.path()), "still named while a rank is missing");
+    // The same job on another host (sharing /dev/shm) has its own.
+    let other = Segment::attach(job, 2, 2).unwrap();
+    assert_ne!(other.path(), a.path());
+    unlink(job, 2);
+    let b = Segment::attach(job, 1, 2).unwrap();
+    assert!(!exists(a.path()), "unlinked once both attached");
+    // What one mapping's producer writes the other's consumer reads.
+    let mut p = super::super::ring::Producer::new(a.ring(0, 1));
+    let mut c = super::super::ring::Consumer::new(b.ring(0, 1));
+    p.push(&[b"hello"]).unwrap();
+    let mut got = Vec::new();
+    assert!(c.pop(|x| got.extend_from_slice(x)).unwrap());
+    assert_eq!(got, b"hello");
+    // The reverse ring is a different one.
+    let mut c2 = super::super::ring::Consumer::new(a.ring(1, 0));
+    assert!(!c2.pop(|_| {}).unwrap());
+    // Priming a ring that holds a packet changes none of its bytes
+    // (where the kernel lacks the advice, before 5.14, it is refused
+    // with EINVAL and changes nothing either).
+    p.push(&[b"primed"]).unwrap();
+    for (seg, from, to) in [(&a, 0, 1), (&b, 0, 1), (&b, 1, 1)] {
+        if !seg.prime(from, to) {
+            let e = std::io::Error::last_os_error().raw_os_error();
+            assert_eq!(e, Some(libc::EINVAL), "priming failed otherwise");
+        }
+    }
+    got.clear();
+    assert!(c.pop(|x| got.extend_from_slice(x)).unwrap());
+    assert_eq!(got, b"primed");
+    assert!(!c.pop(|_| {}).unwrap());
+}
+
+#[test]
+fn rings_are_as_large_as_the_budget_allows_within_bounds() {
+    let cells: Vec<usize> = [1, 2, 8, 11, 12, 16, 17, 23, 64, 192, 65535]
+        .iter()
+        .map(|&n| ring_cells(n))
+        .collect();
+    assert_eq!(
+        cells,
+        [8192, 8192, 8192, 8192, 8192, 8192, 4096, 4096, 4096, 4096, 4096]
+    );
+    for n in [1, 11, 12, 16] {
+        assert!(n * n * ring_bytes(ring_cells(n)) <= RINGS_BUDGET + n * n * LINE);
+    }
+    // Each ring of a mapped segment has its own cells, the last one
+    // ending at the end of the mapping.
+    let job = 0xfc00_0000 | std::process::id();
+    let s = Segment::attach(job, 1, 1).unwrap();
+    assert_eq!(s.cells, 8192);
+    assert_eq!(s.len, HEADER + ring_bytes(8192));
+    assert_eq!(s.ring(0, 0).count(), 8192);
+    let mut p = super::super::ring::Producer::new(s.ring(0, 0));
+    let cell = [0u8; CELL - 8];
+    let mut pushed = 0;
+    while p.push(&[&cell]).is_ok() {
+        pushed += 1;
+    }
+    assert_eq!(pushed, 8192, "one cell per packet until the ring is full");
+    // Beyond 16 ranks the rings have the smaller size; the last ring
+    // ends where the mapping does.
+    let s = Segment::attach(job, 2, 17).unwrap();
+    unlink(job, 2);
+    assert_eq!((s.cells, s.ring(16, 16).count()), (4096, 4096));
+    assert_eq!(s.ring_offset(16, 16) + ring_bytes(4096), s.len);
+}
+
+#[test]
+fn rings_shrink_to_the_room_left_and_are_refused_below_the_least() {
+    let full = |n: usize| size(n, ring_cells(n)) as u64;
+    // Room for the whole segment: the preferred size.
+    assert_eq!(ring_cells_within(4, full(4)), Some(8192));
+    assert_eq!(ring_cells_within(4, u64::MAX), Some(8192));
+    // A byte short: the next size down, which needs about half.
+    assert_eq!(ring_cells_within(4, full(4) - 1), Some(4096));
+    let least = size(4, MIN_RING_CELLS) as u64;
+    assert_eq!(ring_cells_within(4, least), Some(MIN_RING_CELLS));
+    assert_eq!(ring_cells_within(4, least - 1), None);
+    // 16 ranks in a container's default 64 MiB: the preferred rings
+    // (64 MiB of cells, their tail lines and the header) do not fit, the smaller ones do.
+    assert!(full(16) > 64 << 20);
+    assert_eq!(ring_cells_within(16, 64 << 20), Some(4096));
+    // Beyond 16 ranks the preferred size is already the least.
+    assert_eq!(ring_cells_within(17, full(17) - 1), None);
+    // Every size a creator can pick is read back off its length, and
+    // only those are.
+    for n in [1, 2, 3, 16, 17, 192] {
+        for cells in [MIN_RING_CELLS, MAX_RING_CELLS] {
+            assert_eq!(cells_of(n, size(n, cells)), Some(cells));
+            assert_eq!(cells_of(n, size(n, cells) + LINE), None);
+        }
+    }
+    assert_eq!(cells_of(2, size(3, 8192)), None);
+    assert_eq!(cells_of(2, 0), None);
+}
+
+/// Creates the job's object as another rank would have: a descriptor
+/// of it, still empty.
+fn create(job: u32, host: u32) -> i32 {
+    let c = CString::new(name(job, host)).unwrap();
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
+    // SAFETY: a valid C string.
+    let fd = unsafe { libc::shm_open(c.as_ptr(), flags, 0o600) };
+    assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+    fd
+}
+
+/// Creates the job's object as another rank would have, sized to
+/// `len` after `delay` (0: at once).
+fn create_sized(job: u32, host: u32, len: usize, delay: Duration) -> std::thread::JoinHandle<()> {
+    let fd = create(job, host);
+    std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        // SAFETY: our descriptor, closed after.
+        unsafe {
+            assert_eq!(libc::ftruncate(fd, len as libc::off_t), 0);
+            libc::close(fd);
+        }
+    })
+}
+
+#[test]
+fn a_creator_sizes_the_object_to_the_room_or_refuses_and_removes_it() {
+    let job = 0xfa00_0000 | std::process::id();
+    let nm = name(job, 1);
+    let full = size(4, ring_cells(4)) as u64;
+    let least = size(4, MIN_RING_CELLS) as u64;
+    for (room, cells) in [
+        (u64::MAX, 8192),
+        (full, 8192),
+        (full - 1, 4096),
+        (least, 4096),
+    ] {
+        let fd = create(job, 1);
+        let r = Segment::size_new(fd, &nm, 4, room).ok().flatten();
+        assert_eq!(r, Some((size(4, cells), cells)), "room {room}");
+        // The object has that length, and a rank that finds it reads
+        // the ring size back.
+        let found = Segment::size_found(fd, &nm, 4, Instant::now())
+            .ok()
+            .flatten();
+        assert_eq!(found, Some((size(4, cells), cells)));
+        unlink(job, 1);
+        // SAFETY: our descriptor.
+        unsafe { libc::close(fd) };
+    }
+    let fd = create(job, 1);
+    let e = Segment::size_new(fd, &nm, 4, least - 1).err().unwrap();
+    assert!(e.ours, "a creator removes what it made");
+    assert!(e.why.contains("not enough room in /dev/shm"), "{}", e.why);
+    assert!(
+        e.why.contains(&format!("need at least {least} bytes")),
+        "{}",
+        e.why
+    );
+    unlink(job, 1);
+    // SAFETY: our descriptor.
+    unsafe { libc::close(fd) };
+    // The room of the machine's /dev/shm is read (some, or no limit).
+    let fd = create(job, 1);
+    assert!(room(fd, &nm).unwrap() > 0);
+    unlink(job, 1);
+    // SAFETY: our descriptor.
+    unsafe { libc::close(fd) };
+}
+
+#[test]
+fn a_rank_whose_creator_gave_up_makes_the_object_itself() {
+    let job = 0xf900_0000 | std::process::id();
+    // Another rank created the object and, finding no room, removes
+    // it while this one waits for its size.
+    let fd = create(job, 1);
+    let gone = inode(fd, "test").unwrap();
+    let c = CString::new(name(job, 1)).unwrap();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        // SAFETY: a valid C string and our descriptor.
+        unsafe {
+            assert_eq!(libc::shm_unlink(c.as_ptr()), 0);
+            libc::close(fd);
+        }
+    });
+    let s = Segment::attach(job, 1, 1).unwrap();
+    t.join().unwrap();
+    // This rank made a new object, sized as it prefers, and did not
+    // wait out SIZE_WAIT.
+    assert_eq!(s.cells(), ring_cells(1));
+    assert_ne!(s.id(), gone);
+    assert!(!exists(s.path()), "unlinked once its one rank attached");
+}
+
+#[test]
+fn a_rank_that_refuses_a_leftover_removes_only_that_object() {
+    let job = 0xf800_0000 | std::process::id();
+    // A leftover never sized: refused once SIZE_WAIT has passed
+    // (here, at once) and removed.
+    let fd = create(job, 1);
+    let nm = name(job, 1);
+    let e = Segment::size_found(fd, &nm, 2, Instant::now())
+        .err()
+        .unwrap();
+    assert!(e.ours && e.why.contains("not sized"), "{}", e.why);
+    // Between that rank's look and its removal, the name was made
+    // again by another: the new object keeps its name.
+    unlink(job, 1);
+    let fresh = create(job, 1);
+    let c = CString::new(nm.clone()).unwrap();
+    unlink_if_same(&c, fd);
+    assert!(
+        exists(&format!("/dev/shm{nm}")),
+        "another rank's object was removed"
+    );
+    unlink_if_same(&c, fresh);
+    assert!(
+        !exists(&format!("/dev/shm{nm}")),
+        "the object itself is removed"
+    );
+    // SAFETY: our descriptors.
+    unsafe {
+        libc::close(fd);
+        libc::close(fresh);
+    }
+}
+
+#[test]
+fn a_rank_takes_the_ring_size_its_creator_chose_and_waits_for_it() {
+    let job = 0xfb00_0000 | std::process::id();
+    // A creator that found room only for the smaller rings: the
+    // others map them as it sized them, though they would prefer more.
+    create_sized(job, 1, size(2, MIN_RING_CELLS), Duration::ZERO)
+        .join()
+        .unwrap();
+    let a = Segment::attach(job, 1, 2).unwrap();
+    let b = Segment::attach(job, 1, 2).unwrap();
+    assert_eq!((a.cells(), b.cells()), (MIN_RING_CELLS, MIN_RING_CELLS));
+    assert_eq!(a.id(), b.id(), "one object");
+    assert!(MIN_RING_CELLS < ring_cells(2));
+    assert_eq!(a.ring_offset(1, 1) + ring_bytes(MIN_RING_CELLS), a.len);
+    assert!(!exists(a.path()), "unlinked once both attached");
+    // A rank that finds the object before its creator sized it waits
+    // for the size (and sees a whole ring, not a zero-length one).
+    let t = create_sized(job, 2, size(1, MAX_RING_CELLS), Duration::from_millis(50));
+    let s = Segment::attach(job, 2, 1).unwrap();
+    t.join().unwrap();
+    assert_eq!(
+        (s.cells(), s.len),
+        (MAX_RING_CELLS, size(1, MAX_RING_CELLS))
+    );
+    assert_eq!(s.ring(0, 0).count(), MAX_RING_CELLS);
+}
+
+#[test]
+fn a_leftover_of_another_size_is_refused_and_removed() {
+    let job = 0xfd00_0000 | std::process::id();
+    let _a = Segment::attach(job, 1, 3).unwrap();
+    let e = Segment::attach(job, 1, 2).err().unwrap();
+    assert!(e.contains("leftover"), "{e}");
+    assert!(!exists(&format!("/dev/shm{}", name(job, 1))));
+}
