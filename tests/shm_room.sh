@@ -30,6 +30,16 @@
 #   refused-on  1 MiB, mtl_rustofi_shm on with pml cm forced: the message,
 #               and MPI_Init fails: mpirun exits non-zero, before its
 #               timeout.
+#   separate    np 2, each rank with a tmpfs of its own on /dev/shm (as
+#               containers that share the host's name but not its IPC
+#               namespace): each maps its own object of the job's segment
+#               name, so neither may take the other for a peer on the rail
+#               (rings nobody reads: a hang). With no provider named and
+#               pml cm: the message that the peer is in another segment,
+#               and MPI_Init fails, before the timeout.
+#   separate-tcp  the same with tcp named: each rank reaches the other
+#               over tcp and itself on the rail (net_peers=1 shm_peers=1),
+#               the job passes.
 # No case may print "Bus error" or report a rank killed by a signal.
 # Environment: OMPI_PREFIX (Open MPI 5: see scripts/ompi-prefix.sh),
 # RUSTOFI_MCA_DIR, OMPI_COMPONENT_DIR.
@@ -61,20 +71,31 @@ fi
 # grep take the log for a binary file.)
 count() { grep -ac -- "$2" "$1" || true; }
 
-# run_case NAME TMPFS_SIZE EXPECT(pass|fail) MCA-ARGS...
+# Runs the rest of the command line with a fresh tmpfs of size $1 on
+# /dev/shm, in a mount namespace of its own (exit 99, and a line saying
+# so, if it cannot mount).
+with_shm=(unshare -m sh -c '
+    mount -t tmpfs -o "size=$1" rustofi-room /dev/shm ||
+        { echo "cannot mount rustofi-room" >&2; exit 99; }
+    shift
+    exec "$@"' sh)
+
+# run_case NAME WHERE:TMPFS_SIZE EXPECT(pass|fail) MCA-ARGS...
+# WHERE: job (one tmpfs that mpirun and every rank inherit) or rank (each
+# rank a tmpfs of its own, as in containers that share the host's name but
+# not its /dev/shm).
 run_case() {
-    local name=$1 size=$2 expect=$3 log=$BUILD_DIR/$1.log rc=0
+    local name=$1 where=${2%%:*} size=${2#*:} expect=$3 log=$BUILD_DIR/$1.log rc=0
     shift 3
     CASE_FAILED=0
-    # The tmpfs is mounted in a namespace of this command alone; mpirun
-    # and every rank it starts inherit it.
-    timeout -k 10 180 unshare -m sh -c '
-        mount -t tmpfs -o "size=$1" rustofi-room /dev/shm || exit 99
-        shift
-        exec "$@"' sh "$size" \
-        mpirun -np $NP --oversubscribe --bind-to none "${root_args[@]}" \
-        --mca btl self,tcp --mca mtl rustofi "$@" "$PROG" >"$log" 2>&1 || rc=$?
-    if ((rc == 99)); then
+    local -a job=() rank=()
+    if [[ $where == job ]]; then job=("${with_shm[@]}" "$size"); else rank=("${with_shm[@]}" "$size"); fi
+    local np=$NP
+    [[ $where == rank ]] && np=2
+    timeout -k 10 180 "${job[@]}" \
+        mpirun -np $np --oversubscribe --bind-to none "${root_args[@]}" \
+        --mca btl self,tcp --mca mtl rustofi "$@" "${rank[@]}" "$PROG" >"$log" 2>&1 || rc=$?
+    if ((rc == 99)) || grep -aq 'cannot mount rustofi-room' "$log"; then
         fail "$name" "cannot mount a tmpfs on /dev/shm (log $log)"
         return
     fi
@@ -106,19 +127,19 @@ want_each() {
     fi
 }
 
-run_case roomy 8m pass --mca mtl_rustofi_verbose 2
+run_case roomy job:8m pass --mca mtl_rustofi_verbose 2
 want_each roomy "the preferred rings" 'ring_cells=8192 eager_limit'
 want_each roomy "finalize line on the rail" 'shm=rustofi-shm .*shm_peers=4 '
 ((CASE_FAILED)) || echo "ok   shm_room roomy (8 MiB: 8,192 cells per ring, job passed on the rail)"
 
-run_case shrunk 3m pass --mca mtl_rustofi_verbose 2
+run_case shrunk job:3m pass --mca mtl_rustofi_verbose 2
 want_each shrunk "rings shrunk to fit" \
     'ring_cells=4096 (fewer than 8192: no room for more in /dev/shm)'
 want_each shrunk "finalize line on the rail" 'shm=rustofi-shm .*shm_peers=4 '
 ((CASE_FAILED)) || echo "ok   shm_room shrunk (3 MiB: 4,096 cells per ring, job passed on the rail)"
 
 room_msg='not enough room in /dev/shm for /dev/shm/rustofi1-.*need at least 2102272 bytes'
-run_case refused 1m pass
+run_case refused job:1m pass
 # A message through Open MPI's show_help, which 5.0 prints once for all
 # ranks.
 if [[ $(count "$BUILD_DIR/refused.log" "$room_msg") -lt 1 ]] ||
@@ -127,15 +148,30 @@ if [[ $(count "$BUILD_DIR/refused.log" "$room_msg") -lt 1 ]] ||
 fi
 ((CASE_FAILED)) || echo "ok   shm_room refused (1 MiB, one host: message, component off, job passed on ob1)"
 
-run_case refused-tcp 1m pass --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_verbose 1
+run_case refused-tcp job:1m pass --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_verbose 1
 want_each refused-tcp "the refusal" "$room_msg.*same-host peers use tcp"
 want_each refused-tcp "finalize line over tcp" 'provider=tcp;ofi_rxm .*net_peers=4 shm_peers=0 '
 ((CASE_FAILED)) || echo "ok   shm_room refused-tcp (1 MiB, tcp named: message, job passed over tcp)"
 
-run_case refused-on 1m fail --mca pml cm --mca mtl_rustofi_shm on
+run_case refused-on job:1m fail --mca pml cm --mca mtl_rustofi_shm on
 if [[ $(count "$BUILD_DIR/refused-on.log" "$room_msg") -lt 1 ]]; then
     fail refused-on "no message that /dev/shm has not enough room (log $BUILD_DIR/refused-on.log)"
 fi
 ((CASE_FAILED)) || echo "ok   shm_room refused-on (1 MiB, shm on: message, MPI_Init failed, no hang)"
+
+# Each of two ranks in a /dev/shm of its own: each makes and maps its own
+# object of the job's segment name, and neither may take the other for a
+# peer on the rail (the rings it wrote would never be read: a hang).
+other_msg='a rank on this host .* is in another shared-memory segment of this job'
+run_case separate rank:8m fail --mca pml cm
+if [[ $(count "$BUILD_DIR/separate.log" "$other_msg") -lt 1 ]]; then
+    fail separate "no message that the peer is in another segment (log $BUILD_DIR/separate.log)"
+fi
+((CASE_FAILED)) || echo "ok   shm_room separate (a /dev/shm per rank, no provider: message, MPI_Init failed, no hang)"
+
+run_case separate-tcp rank:8m pass --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_verbose 1
+n=$(count "$BUILD_DIR/separate-tcp.log" 'provider=tcp;ofi_rxm .*net_peers=1 shm_peers=1 ')
+((n == 2)) || fail separate-tcp "finalize lines with the other rank over tcp, itself on the rail: $n of 2"
+((CASE_FAILED)) || echo "ok   shm_room separate-tcp (a /dev/shm per rank, tcp named: the other rank over tcp, job passed)"
 
 exit $FAILED

@@ -18,6 +18,9 @@ pub(super) fn add_peer(
     // Both sides apply the same rule to the same facts (locality is
     // symmetric, each publishes a shm address only if it opened a shm
     // rail), so a pair always talks over the same rail both ways.
+    // Whether the peer is local and has the own rail, but in a segment
+    // this rail does not reach.
+    let mut elsewhere = false;
     if local {
         if let Some(rail) = st.driver.rail_of_kind(RailKind::Local) {
             if let Some(remote) = info.rail(RailKind::Local) {
@@ -31,6 +34,7 @@ pub(super) fn add_peer(
                     }
                     return Ok(p.handle());
                 }
+                elsewhere = true;
             }
         }
     }
@@ -42,6 +46,7 @@ pub(super) fn add_peer(
             info.rail(RailKind::Net),
         ) {
             (Some(r), Some(a)) => (r, a),
+            (None, _) if elsewhere => return Err(EngineError(OTHER_SEGMENT.into())),
             (None, _) => return Err(EngineError(NO_NET_RAIL.into())),
             (Some(_), None) => {
                 return Err(EngineError(
@@ -65,6 +70,15 @@ pub(super) fn add_peer(
     }
     Ok(p.handle())
 }
+
+/// Why a same-host peer in another shared-memory segment cannot be
+/// reached.
+const OTHER_SEGMENT: &str = "a rank on this host (by Open MPI's account: the same host \
+     name) is in another shared-memory segment of this job, which this process cannot \
+     see (its /dev/shm is another: a container of its own, without the host's IPC \
+     namespace), and this process opened no network rail to reach it otherwise: share \
+     /dev/shm between the ranks (docker run --ipc=host) or name a provider with \
+     mtl_rustofi_provider_include (e.g. tcp)";
 
 /// Why a peer beyond this job's host cannot be reached.
 const NO_NET_RAIL: &str = "this process opened no network rail (every rank of its job \

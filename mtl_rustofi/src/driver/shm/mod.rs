@@ -107,12 +107,12 @@ struct Addr {
     host: u32,
     probe: u64,
     /// [`Segment::id`]: ranks that mapped different objects of the job's
-    /// name (one removed and made again between their opens) do not take
-    /// each other for peers, whose rings the other would never read.
-    seg: u64,
+    /// name do not take each other for peers, whose rings the other would
+    /// never read.
+    seg: segment::SegmentId,
 }
 
-const ADDR_LEN: usize = 32;
+const ADDR_LEN: usize = 40;
 
 impl Addr {
     fn encode(&self) -> Vec<u8> {
@@ -123,7 +123,8 @@ impl Addr {
         v.extend_from_slice(&self.jobid.to_le_bytes());
         v.extend_from_slice(&self.host.to_le_bytes());
         v.extend_from_slice(&self.probe.to_le_bytes());
-        v.extend_from_slice(&self.seg.to_le_bytes());
+        v.extend_from_slice(&self.seg.dev.to_le_bytes());
+        v.extend_from_slice(&self.seg.ino.to_le_bytes());
         v
     }
 
@@ -140,7 +141,10 @@ impl Addr {
             jobid: u32_at(8),
             host: u32_at(12),
             probe: u64::from_le_bytes(b[16..24].try_into().unwrap()),
-            seg: u64::from_le_bytes(b[24..32].try_into().unwrap()),
+            seg: segment::SegmentId {
+                dev: u64::from_le_bytes(b[24..32].try_into().unwrap()),
+                ino: u64::from_le_bytes(b[32..40].try_into().unwrap()),
+            },
         })
     }
 }
@@ -701,9 +705,12 @@ mod addr_tests {
             jobid: 0x1234_5678,
             host: 0x9abc_def0,
             probe: 0xdead_beef_0000,
-            seg: 0x0123_4567_89ab_cdef,
+            seg: segment::SegmentId {
+                dev: 0x0123_4567_89ab_cdef,
+                ino: 0xfedc_ba98_7654_3210,
+            },
         };
         assert_eq!(Addr::decode(&a.encode()), Some(a));
-        assert_eq!(Addr::decode(&a.encode()[..31]), None);
+        assert_eq!(Addr::decode(&a.encode()[..ADDR_LEN - 1]), None);
     }
 }

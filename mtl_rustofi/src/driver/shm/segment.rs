@@ -11,9 +11,10 @@
 //! the file system has left, else the largest that fits down to
 //! [`MIN_RING_CELLS`], else the rail is refused with a message. The
 //! others read the ring size off the object's length, so all agree; and
-//! each publishes the object's inode with its address, so that ranks that
-//! mapped different objects of one name (removed and made again between
-//! their opens) never take each other for peers. A
+//! each publishes the object's device and inode with its address, so that
+//! ranks that mapped different objects of one name (removed and made
+//! again between their opens, or each in a `/dev/shm` of its own) never
+//! take each other for peers. A
 //! fresh object reads as zeros, which is every ring's empty state, so
 //! nobody initialises anything. Each rank maps it and counts itself in
 //! the header. The rank that completes the count unlinks the name: from
@@ -75,6 +76,18 @@ fn ring_bytes(cells: usize) -> usize {
     LINE + cells * CELL
 }
 
+/// Which object of the file system a segment is: its device and inode.
+/// Ranks of one job that share a host name can still map different
+/// objects of the job's name: the name removed and made again between
+/// their opens, or a `/dev/shm` of their own each (containers that share
+/// the host's name and network but not its IPC namespace). The device
+/// tells two fresh tmpfs mounts apart, whose first inodes are alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SegmentId {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+}
+
 /// A mapped segment.
 pub(crate) struct Segment {
     base: *mut u8,
@@ -83,11 +96,10 @@ pub(crate) struct Segment {
     /// Cells per ring, as the rank that created the object chose them
     /// ([`ring_cells_within`]).
     cells: usize,
-    /// The object's inode: every rank that maps this segment sees the
-    /// same, so that ranks in different objects of one name (a name
-    /// removed and made again between their opens) never take each other
-    /// for peers.
-    id: u64,
+    /// Which object this is: every rank that maps this segment sees the
+    /// same, so that ranks in different objects of one name never take
+    /// each other for peers.
+    id: SegmentId,
     path: String,
 }
 
@@ -199,18 +211,21 @@ struct Mapped {
     base: *mut u8,
     len: usize,
     cells: usize,
-    id: u64,
+    id: SegmentId,
 }
 
-/// The inode of the object open as `fd`.
-fn inode(fd: i32, name: &str) -> Result<u64, String> {
+/// Which object `fd` is open on.
+fn object_id(fd: i32, name: &str) -> Result<SegmentId, String> {
     // SAFETY: all zeros is a valid `stat` (integers only).
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: a valid descriptor and struct.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return Err(os_error("fstat", name));
     }
-    Ok(st.st_ino)
+    Ok(SegmentId {
+        dev: st.st_dev,
+        ino: st.st_ino,
+    })
 }
 
 /// Removes the name `c` if it still names the object open as `fd` (not
@@ -295,7 +310,7 @@ impl Segment {
                 Self::size_found(fd, name, ranks, deadline)
             };
             let r = match r {
-                Ok(Some((len, cells))) => inode(fd, name).and_then(|id| {
+                Ok(Some((len, cells))) => object_id(fd, name).and_then(|id| {
                     Ok(Some(Mapped {
                         base: Self::map(fd, len, name)?,
                         len,
@@ -425,9 +440,8 @@ impl Segment {
         self.cells
     }
 
-    /// What tells this segment from another object of the same name
-    /// (its inode).
-    pub(crate) fn id(&self) -> u64 {
+    /// What tells this segment from another object of the same name.
+    pub(crate) fn id(&self) -> SegmentId {
         self.id
     }
 

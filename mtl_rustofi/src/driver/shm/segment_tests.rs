@@ -192,7 +192,7 @@ fn a_rank_whose_creator_gave_up_makes_the_object_itself() {
     // Another rank created the object and, finding no room, removes
     // it while this one waits for its size.
     let fd = create(job, 1);
-    let gone = inode(fd, "test").unwrap();
+    let gone = object_id(fd, "test").unwrap();
     let c = CString::new(name(job, 1)).unwrap();
     let t = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(50));

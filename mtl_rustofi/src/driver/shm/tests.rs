@@ -358,11 +358,16 @@ fn an_address_of_another_job_or_host_is_not_served() {
     assert!(a.reaches(&b.name()));
     assert!(!a.reaches(&elsewhere.encode()));
     // A rank of this job and host that mapped another object of the
-    // segment's name (removed and made again between two ranks' opens)
-    // writes rings this one never reads: not a peer either.
-    let mut split = Addr::decode(&b.name()).unwrap();
-    assert_eq!(split.seg, Addr::decode(&a.name()).unwrap().seg);
-    split.seg ^= 1;
-    assert!(!a.reaches(&split.encode()));
-    assert!(a.insert(&split.encode(), PROC_B).is_err());
+    // segment's name (removed and made again between two ranks' opens,
+    // or in a /dev/shm of its own) writes rings this one never reads: not
+    // a peer either, whether the inode or the device differs.
+    let same = Addr::decode(&b.name()).unwrap();
+    assert_eq!(same.seg, Addr::decode(&a.name()).unwrap().seg);
+    for (dev, ino) in [(0, 1), (1, 0)] {
+        let mut split = same;
+        split.seg.dev ^= dev;
+        split.seg.ino ^= ino;
+        assert!(!a.reaches(&split.encode()));
+        assert!(a.insert(&split.encode(), PROC_B).is_err());
+    }
 }
