@@ -496,6 +496,7 @@ mod tests {
                 nic: String::new(),
             }],
             pid: 1,
+            pid_ns: 2,
         };
         peer_info(&p.encode());
     }

@@ -29,7 +29,7 @@ pub(super) fn add_peer(
                     let p = st
                         .core
                         .add_peer(name, rail, addr?, remote.max_eager as usize);
-                    if info.pid != 0 {
+                    if info.pid_is_ours(own_pid_ns()) {
                         st.core.set_peer_pid(p, info.pid);
                     }
                     return Ok(p.handle());
@@ -62,13 +62,23 @@ pub(super) fn add_peer(
     let p = st
         .core
         .add_peer(name, rail, addr, remote.max_eager as usize);
-    if local && info.pid != 0 {
+    if local && info.pid_is_ours(own_pid_ns()) {
         st.core.set_peer_pid(p, info.pid);
     }
     if st.driver.rail_of_kind(RailKind::Net) == Some(rail) {
         add_stripes(st, p, &info)?;
     }
     Ok(p.handle())
+}
+
+/// This process's PID namespace (the inode of `/proc/self/ns/pid`; 0
+/// where `/proc` does not say), published with its pid.
+pub(super) fn own_pid_ns() -> u64 {
+    static OWN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *OWN.get_or_init(|| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+    })
 }
 
 /// Why a same-host peer in another shared-memory segment cannot be

@@ -48,12 +48,19 @@ pub(crate) struct RailAddr {
 /// | stripe only: 1 | NIC name length m (1..=255)  |
 /// | m     | NIC (domain) name, UTF-8               |
 /// | 4     | process id, little endian (after the endpoints) |
+/// | 8     | its PID namespace ([`PeerInfo::pid_ns`]), little endian |
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PeerInfo {
     pub rails: Vec<RailAddr>,
     /// The publishing process's id: a same-host peer's death is seen by
     /// asking the kernel whether it still exists.
     pub pid: u32,
+    /// Which PID namespace `pid` is a number of (the inode of
+    /// `/proc/self/ns/pid`; 0 where unknown). A same-host peer in another
+    /// one (a container with a process table of its own) has a pid that
+    /// names another process here, or none: asked about it, the kernel
+    /// would report a live peer dead.
+    pub pid_ns: u64,
 }
 
 const PEER_INFO_TAG: [u8; 4] = [b'R', b'O', b'F', VERSION];
@@ -77,6 +84,7 @@ impl PeerInfo {
             }
         }
         v.extend_from_slice(&self.pid.to_le_bytes());
+        v.extend_from_slice(&self.pid_ns.to_le_bytes());
         v
     }
 
@@ -137,6 +145,11 @@ impl PeerInfo {
             .ok_or_else(|| bad("truncated process id"))?;
         let pid = u32::from_le_bytes(pid.try_into().expect("4 bytes"));
         at += 4;
+        let pid_ns = b
+            .get(at..at + 8)
+            .ok_or_else(|| bad("truncated PID namespace"))?;
+        let pid_ns = u64::from_le_bytes(pid_ns.try_into().expect("8 bytes"));
+        at += 8;
         if at != b.len() {
             return Err(bad("trailing bytes"));
         }
@@ -146,7 +159,13 @@ impl PeerInfo {
         if rails.first().map(|r| r.kind) != Some(RailKind::Net) && !local_only {
             return Err(bad("the first endpoint is not the network endpoint"));
         }
-        Ok(PeerInfo { rails, pid })
+        Ok(PeerInfo { rails, pid, pid_ns })
+    }
+
+    /// Whether this peer's process id names the same process here, as far
+    /// as can be told: both PID namespaces the same, or either unknown.
+    pub(crate) fn pid_is_ours(&self, own_pid_ns: u64) -> bool {
+        self.pid != 0 && (self.pid_ns == 0 || own_pid_ns == 0 || self.pid_ns == own_pid_ns)
     }
 
     /// The address of the given kind, if published.
@@ -183,6 +202,7 @@ mod tests {
                 },
             ],
             pid: 4321,
+            pid_ns: 0xefff_ffff,
         };
         let enc = p.encode();
         assert_eq!(PeerInfo::decode(&enc), Ok(p.clone()));
@@ -216,6 +236,7 @@ mod tests {
         let shm_only = PeerInfo {
             rails: vec![p.rails[1].clone()],
             pid: 1,
+            pid_ns: 0,
         };
         assert!(PeerInfo::decode(&shm_only.encode()).is_err());
         // A rank without a network rail publishes its own shm rail alone.
@@ -228,13 +249,34 @@ mod tests {
         let local_only = PeerInfo {
             rails: vec![local.clone()],
             pid: 2,
+            pid_ns: 7,
         };
         assert_eq!(PeerInfo::decode(&local_only.encode()), Ok(local_only));
         // ... but not beside another endpoint that is not the network's.
         let two = PeerInfo {
             rails: vec![local, p.rails[1].clone()],
             pid: 2,
+            pid_ns: 7,
         };
         assert!(PeerInfo::decode(&two.encode()).is_err());
+    }
+
+    #[test]
+    fn a_pid_of_another_pid_namespace_is_not_taken_for_a_process_here() {
+        let mut p = PeerInfo {
+            rails: Vec::new(),
+            pid: 4321,
+            pid_ns: 0xf000_0001,
+        };
+        assert!(p.pid_is_ours(0xf000_0001));
+        assert!(!p.pid_is_ours(0xf000_0002));
+        // Either side unknown: taken as the same (as before namespaces
+        // were published).
+        assert!(p.pid_is_ours(0));
+        p.pid_ns = 0;
+        assert!(p.pid_is_ours(0xf000_0002));
+        // No pid at all: nothing to ask the kernel about.
+        p.pid = 0;
+        assert!(!p.pid_is_ours(0));
     }
 }

@@ -10,10 +10,54 @@
 //! the message rendezvous through the rings instead.
 
 use crate::usermem::Region;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A word in every rank's memory that peers read once to check that
-/// cross-memory attach reaches it (its address travels in the modex).
-pub(crate) static PROBE: u64 = 0x5255_5354_4f46_4931;
+/// cross-memory attach reaches it, and reaches that rank: its address and
+/// its value travel in the modex. The value is drawn at random once per
+/// process. With a constant, a peer that named another process passed the
+/// check and then read that process's memory for its messages: a pid of
+/// another PID namespace (containers that share `/dev/shm` but not their
+/// process ids) names some other process here, and with address
+/// randomisation off one of the same program, this process included, has
+/// the word at the same address.
+static PROBE: AtomicU64 = AtomicU64::new(0);
+
+/// This process's probe word: its address and its value (drawn on first
+/// use, never 0).
+pub(crate) fn probe_word() -> (u64, u64) {
+    let addr = &PROBE as *const AtomicU64 as u64;
+    let v = PROBE.load(Ordering::Relaxed);
+    if v != 0 {
+        return (addr, v);
+    }
+    let fresh = random_word();
+    match PROBE.compare_exchange(0, fresh, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => (addr, fresh),
+        Err(drawn) => (addr, drawn),
+    }
+}
+
+/// 64 random bits, never 0: the kernel's, or where `getrandom` is missing
+/// (kernels before 3.17) the time, the process id and an address, mixed.
+fn random_word() -> u64 {
+    let mut v = 0u64;
+    // SAFETY: getrandom writes at most 8 bytes into our variable.
+    let n = unsafe { libc::getrandom(&mut v as *mut u64 as *mut libc::c_void, 8, 0) };
+    if n != 8 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() } as u64;
+        // splitmix64's finaliser spreads the few bits that differ.
+        let mut z = t ^ pid.rotate_left(32) ^ (&v as *const u64 as u64);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        v = z ^ (z >> 31);
+    }
+    v.max(1)
+}
 
 /// Allows peers to read this process and checks that the call works;
 /// `Err` says why it cannot be used.
@@ -30,11 +74,13 @@ pub(crate) fn probe() -> Result<(), String> {
     }
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() } as u32;
-    check_peer(me, &PROBE as *const u64 as u64)
+    let (addr, value) = probe_word();
+    check_peer(me, addr, value)
 }
 
-/// Reads a peer's [`PROBE`] word at `addr` in process `pid`.
-pub(crate) fn check_peer(pid: u32, addr: u64) -> Result<(), String> {
+/// Reads a peer's probe word at `addr` in process `pid`, which must hold
+/// `value`, as the peer published.
+pub(crate) fn check_peer(pid: u32, addr: u64, value: u64) -> Result<(), String> {
     let mut v = 0u64;
     let local = Region {
         addr: &mut v as *mut u64 as usize,
@@ -42,9 +88,10 @@ pub(crate) fn check_peer(pid: u32, addr: u64) -> Result<(), String> {
     };
     // SAFETY: `local` is our own 8-byte variable.
     match unsafe { read(pid, local, addr) } {
-        Ok(()) if v == PROBE => Ok(()),
+        Ok(()) if v == value => Ok(()),
         Ok(()) => Err(format!(
-            "process {pid} holds no rustofi probe word at 0x{addr:x}"
+            "process {pid} does not hold the peer's probe word at 0x{addr:x}: it is another \
+             process (the peer's process id is one of another PID namespace?)"
         )),
         Err(e) => Err(format!(
             "process_vm_readv from process {pid}: {}",
@@ -160,7 +207,15 @@ mod tests {
         };
         // SAFETY: as above.
         assert_eq!(unsafe { read(me, local, 8) }, Err(libc::EFAULT));
-        assert!(check_peer(me, 8).is_err());
+        let (addr, value) = probe_word();
+        assert!(check_peer(me, 8, value).is_err());
+        assert_eq!(check_peer(me, addr, value), Ok(()));
+        assert_eq!(probe_word(), (addr, value), "drawn once");
+        // The word where the peer said, but another value: another process
+        // than the one that published it (as a pid of another PID
+        // namespace names here), refused rather than read from.
+        let e = check_peer(me, addr, value ^ 1).unwrap_err();
+        assert!(e.contains("another process"), "{e}");
         assert!(!gone(me));
     }
 

@@ -15,7 +15,8 @@
 //!   virtual address. Where cross-memory attach is not permitted the rail
 //!   uses the message rendezvous (data packets through the ring).
 //! - **Addresses** (published in the modex): pid, local rank and count,
-//!   job id and the address of the peer's probe word.
+//!   job id, host, the address and value of the peer's probe word, and
+//!   which object its segment is.
 //!
 //! Everything runs under the progress token like the libfabric rails.
 
@@ -105,14 +106,17 @@ struct Addr {
     jobid: u32,
     /// [`segment::host_id`]: which segment of the job the rank is in.
     host: u32,
+    /// The address of its probe word ([`cma::probe_word`]) and the value
+    /// the word holds there.
     probe: u64,
+    probe_value: u64,
     /// [`Segment::id`]: ranks that mapped different objects of the job's
     /// name do not take each other for peers, whose rings the other would
     /// never read.
     seg: segment::SegmentId,
 }
 
-const ADDR_LEN: usize = 40;
+const ADDR_LEN: usize = 48;
 
 impl Addr {
     fn encode(&self) -> Vec<u8> {
@@ -123,6 +127,7 @@ impl Addr {
         v.extend_from_slice(&self.jobid.to_le_bytes());
         v.extend_from_slice(&self.host.to_le_bytes());
         v.extend_from_slice(&self.probe.to_le_bytes());
+        v.extend_from_slice(&self.probe_value.to_le_bytes());
         v.extend_from_slice(&self.seg.dev.to_le_bytes());
         v.extend_from_slice(&self.seg.ino.to_le_bytes());
         v
@@ -141,9 +146,10 @@ impl Addr {
             jobid: u32_at(8),
             host: u32_at(12),
             probe: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+            probe_value: u64::from_le_bytes(b[24..32].try_into().unwrap()),
             seg: segment::SegmentId {
-                dev: u64::from_le_bytes(b[24..32].try_into().unwrap()),
-                ino: u64::from_le_bytes(b[32..40].try_into().unwrap()),
+                dev: u64::from_le_bytes(b[32..40].try_into().unwrap()),
+                ino: u64::from_le_bytes(b[40..48].try_into().unwrap()),
             },
         })
     }
@@ -255,6 +261,7 @@ impl ShmRail {
             ));
         }
         let cma_off = cma::probe().err();
+        let (probe, probe_value) = cma::probe_word();
         let host = segment::host_id();
         let seg = Arc::new(Segment::attach(job.jobid, host, job.size)?);
         let max = ring::max_packet(segment::MIN_RING_CELLS) - wire::EXT_LEN;
@@ -331,7 +338,8 @@ impl ShmRail {
                 size: job.size as u16,
                 jobid: job.jobid,
                 host,
-                probe: &cma::PROBE as *const u64 as u64,
+                probe,
+                probe_value,
                 seg: seg.id(),
             },
             peers: (0..job.size).map(|_| None).collect(),
@@ -407,7 +415,7 @@ impl ShmRail {
             return Ok(FiAddr(r as u64));
         }
         if self.profile.rndv_read {
-            cma::check_peer(a.pid, a.probe).map_err(|e| {
+            cma::check_peer(a.pid, a.probe, a.probe_value).map_err(|e| {
                 format!(
                     "cross-memory attach to local rank {r} fails ({e}); set \
                      mtl_rustofi_rndv_protocol msg to move large messages through the rings"
@@ -705,6 +713,7 @@ mod addr_tests {
             jobid: 0x1234_5678,
             host: 0x9abc_def0,
             probe: 0xdead_beef_0000,
+            probe_value: 0x5255_5354_4f46_4931,
             seg: segment::SegmentId {
                 dev: 0x0123_4567_89ab_cdef,
                 ino: 0xfedc_ba98_7654_3210,

@@ -1,5 +1,5 @@
 /*
- * Companion of tests/shm_room.sh. Every rank sends every other rank, in
+ * Companion of tests/shm_containers.sh. Every rank sends every other rank, in
  * each of ROUNDS rounds, a window of WINDOW messages of LEN bytes (posted
  * receives first, then the sends, then one MPI_Waitall), so that every
  * ring between two ranks wraps round several times and each of its pages
