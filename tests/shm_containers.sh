@@ -54,13 +54,19 @@
 #               the peer's word must be refused ("does not hold the peer's
 #               probe word"), MPI_Init fails, and no checksum is wrong.
 #   pidns-busy  np 3, the message rendezvous (no cross-memory attach),
-#               each rank's pid 3 apart in its namespace so that none
+#               each rank's pid 100 apart in its namespace so that none
 #               names a rank in another's: tests/mpi/peerfail/peer_death.c
 #               busy (rank 1 sleeps 5 s outside MPI while rank 0 waits on
 #               it, peer_timeout 3) must pass. Asked about the published
 #               pid, the kernel says no such process: a rank that did not
 #               know the pid is of another namespace failed the receive
 #               in under a second ("its process 5 has exited").
+#   pidns-flood np 2, the same namespaces: tests/mpi/flood/flood.c sends
+#               20,000 x 4 KiB to a rank asleep 5 s outside MPI, whose
+#               ring fills: the sender asks now and then whether the
+#               reader still exists, which it must not do by a pid of
+#               another namespace (a build that did failed the sends:
+#               "peer 1 can no longer be reached"); all must arrive.
 # No case may print "Bus error" or report a rank killed by a signal.
 # Environment: OMPI_PREFIX (Open MPI 5: see scripts/ompi-prefix.sh),
 # RUSTOFI_MCA_DIR, OMPI_COMPONENT_DIR.
@@ -71,9 +77,11 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=$RUSTOFI_TARGET/containers
 mkdir -p "$BUILD_DIR"
 FILL=$BUILD_DIR/fill_rings
+FLOOD=$BUILD_DIR/flood
 CHECKSUM=$BUILD_DIR/big_checksum
 BUSY=$BUILD_DIR/peer_death
 mpicc -O2 -o "$FILL" "$REPO/tests/mpi/containers/fill_rings.c"
+mpicc -O2 -o "$FLOOD" "$REPO/tests/mpi/flood/flood.c"
 mpicc -O2 -o "$CHECKSUM" "$REPO/tests/mpi/big_checksum.c"
 mpicc -O2 -pthread -o "$BUSY" "$REPO/tests/mpi/peerfail/peer_death.c"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -111,11 +119,15 @@ with_shm=(unshare -m sh -c '
     shift
     exec "$@"' sh)
 # Runs the rest of the command line in a PID namespace of its own, where
-# it has pid 2 + 3 x its rank (processes started first take the lower
-# numbers): no rank's pid is that of a rank in another's namespace.
-with_pidns=(unshare -p -f sh -c '
+# it has pid 2 + 100 x its rank (processes started first take the lower
+# numbers): no rank's pid is that of a rank, or a thread of one, in
+# another's namespace. (--kill-child: a rank left behind by a timeout
+# goes with its namespace.)
+with_pidns=(unshare --kill-child -p -f sh -c '
+    r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-}}
+    [ -n "$r" ] || { echo "no rank in the environment" >&2; exit 98; }
     i=0
-    while [ $i -lt $((3 * ${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}})) ]; do
+    while [ $i -lt $((100 * r)) ]; do
         true & wait
         i=$((i + 1))
     done
@@ -148,7 +160,7 @@ run_case() {
         job:*) job=("${with_shm[@]}" "${where#job:}") ;;
         rank:*) rank=("${with_shm[@]}" "${where#rank:}") np=2 ;;
         pidns) rank=("${with_pidns[@]}") np=2 ;;
-        pidns-norand) rank=(unshare -p -f setarch -R) np=2 ;;
+        pidns-norand) rank=(unshare --kill-child -p -f setarch -R) np=2 ;;
     esac
     np=${CASE_NP:-$np}
     timeout -k 10 180 "${job[@]}" \
@@ -157,6 +169,10 @@ run_case() {
         >"$log" 2>&1 || rc=$?
     if ((rc == 99)) || grep -aq 'cannot mount rustofi-room' "$log"; then
         fail "$name" "cannot mount a tmpfs on /dev/shm (log $log)"
+        return
+    fi
+    if grep -aq 'no rank in the environment' "$log"; then
+        fail "$name" "the PID namespace wrapper found no rank variable (log $log)"
         return
     fi
     if grep -aqiE 'bus error|signal 7|exited on signal' "$log"; then
@@ -256,5 +272,14 @@ if [[ $(count "$BUILD_DIR/pidns-busy.log" 'has exited') -gt 0 ]]; then
     fail pidns-busy "a live peer was taken for dead (log $BUILD_DIR/pidns-busy.log)"
 fi
 ((CASE_FAILED)) || echo "ok   shm_containers pidns-busy (a PID namespace per rank: a peer busy 5 s outside MPI is not failed)"
+
+# The same sender, its ring full: a full ring makes the rail ask whether
+# the reader still exists, by its pid, which must not be asked here.
+PASS_RE='PASS flood' run_case pidns-flood pidns pass --mca pml cm \
+    --mca mtl_rustofi_rndv_protocol msg -- "$FLOOD" 20000 4096 5000
+if [[ $(count "$BUILD_DIR/pidns-flood.log" 'can no longer be reached') -gt 0 ]]; then
+    fail pidns-flood "a live reader was taken for dead (log $BUILD_DIR/pidns-flood.log)"
+fi
+((CASE_FAILED)) || echo "ok   shm_containers pidns-flood (a PID namespace per rank: 20,000 x 4 KiB to a reader asleep 5 s, its ring full, all arrive)"
 
 exit $FAILED

@@ -52,7 +52,7 @@ use eager::{u32_at, u64_at};
 pub(crate) use modex::{PeerInfo, RailAddr, RailKind};
 
 pub(crate) const MAGIC: u8 = 0xA7;
-pub(crate) const VERSION: u8 = 7;
+pub(crate) const VERSION: u8 = 8;
 pub(crate) const BASE_LEN: usize = 48;
 pub(crate) const EXT_LEN: usize = 64;
 

@@ -170,7 +170,7 @@ impl Engine {
         let modex = wire::PeerInfo {
             rails: names,
             pid: std::process::id(),
-            pid_ns: peers::own_pid_ns(),
+            pid_ns: crate::driver::shm::cma::own_pid_ns(),
         }
         .encode();
         let net = profiles.iter().find(|p| p.kind == RailKind::Net);

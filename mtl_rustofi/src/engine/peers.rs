@@ -18,8 +18,8 @@ pub(super) fn add_peer(
     // Both sides apply the same rule to the same facts (locality is
     // symmetric, each publishes a shm address only if it opened a shm
     // rail), so a pair always talks over the same rail both ways.
-    // Whether the peer is local and has the own rail, but in a segment
-    // this rail does not reach.
+    // Whether the peer is a rank of this job on this host with the own
+    // rail, but in another segment (a /dev/shm of its own).
     let mut elsewhere = false;
     if local {
         if let Some(rail) = st.driver.rail_of_kind(RailKind::Local) {
@@ -29,12 +29,12 @@ pub(super) fn add_peer(
                     let p = st
                         .core
                         .add_peer(name, rail, addr?, remote.max_eager as usize);
-                    if info.pid_is_ours(own_pid_ns()) {
+                    if info.pid_is_ours(crate::driver::shm::cma::own_pid_ns()) {
                         st.core.set_peer_pid(p, info.pid);
                     }
                     return Ok(p.handle());
                 }
-                elsewhere = true;
+                elsewhere = l.in_other_segment(&remote.addr);
             }
         }
     }
@@ -62,23 +62,13 @@ pub(super) fn add_peer(
     let p = st
         .core
         .add_peer(name, rail, addr, remote.max_eager as usize);
-    if local && info.pid_is_ours(own_pid_ns()) {
+    if local && info.pid_is_ours(crate::driver::shm::cma::own_pid_ns()) {
         st.core.set_peer_pid(p, info.pid);
     }
     if st.driver.rail_of_kind(RailKind::Net) == Some(rail) {
         add_stripes(st, p, &info)?;
     }
     Ok(p.handle())
-}
-
-/// This process's PID namespace (the inode of `/proc/self/ns/pid`; 0
-/// where `/proc` does not say), published with its pid.
-pub(super) fn own_pid_ns() -> u64 {
-    static OWN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *OWN.get_or_init(|| {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
-    })
 }
 
 /// Why a same-host peer in another shared-memory segment cannot be

@@ -38,12 +38,31 @@ pub(crate) fn probe_word() -> (u64, u64) {
     }
 }
 
+/// This process's PID namespace (the inode of `/proc/self/ns/pid`; 0
+/// where `/proc` does not say), published with its pid: a peer's pid of
+/// another namespace names another process here, or none.
+pub(crate) fn own_pid_ns() -> u64 {
+    static OWN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *OWN.get_or_init(|| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+    })
+}
+
 /// 64 random bits, never 0: the kernel's, or where `getrandom` is missing
 /// (kernels before 3.17) the time, the process id and an address, mixed.
 fn random_word() -> u64 {
     let mut v = 0u64;
     // SAFETY: getrandom writes at most 8 bytes into our variable.
-    let n = unsafe { libc::getrandom(&mut v as *mut u64 as *mut libc::c_void, 8, 0) };
+    // (Non-blocking: early after boot the pool may not be ready, and the
+    // fallback below is good enough to tell processes apart.)
+    let n = unsafe {
+        libc::getrandom(
+            &mut v as *mut u64 as *mut libc::c_void,
+            8,
+            libc::GRND_NONBLOCK,
+        )
+    };
     if n != 8 {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

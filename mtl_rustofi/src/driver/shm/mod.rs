@@ -110,13 +110,15 @@ struct Addr {
     /// the word holds there.
     probe: u64,
     probe_value: u64,
+    /// Which PID namespace `pid` is of ([`cma::own_pid_ns`]).
+    pid_ns: u64,
     /// [`Segment::id`]: ranks that mapped different objects of the job's
     /// name do not take each other for peers, whose rings the other would
     /// never read.
     seg: segment::SegmentId,
 }
 
-const ADDR_LEN: usize = 48;
+const ADDR_LEN: usize = 56;
 
 impl Addr {
     fn encode(&self) -> Vec<u8> {
@@ -128,6 +130,7 @@ impl Addr {
         v.extend_from_slice(&self.host.to_le_bytes());
         v.extend_from_slice(&self.probe.to_le_bytes());
         v.extend_from_slice(&self.probe_value.to_le_bytes());
+        v.extend_from_slice(&self.pid_ns.to_le_bytes());
         v.extend_from_slice(&self.seg.dev.to_le_bytes());
         v.extend_from_slice(&self.seg.ino.to_le_bytes());
         v
@@ -147,9 +150,10 @@ impl Addr {
             host: u32_at(12),
             probe: u64::from_le_bytes(b[16..24].try_into().unwrap()),
             probe_value: u64::from_le_bytes(b[24..32].try_into().unwrap()),
+            pid_ns: u64::from_le_bytes(b[32..40].try_into().unwrap()),
             seg: segment::SegmentId {
-                dev: u64::from_le_bytes(b[32..40].try_into().unwrap()),
-                ino: u64::from_le_bytes(b[40..48].try_into().unwrap()),
+                dev: u64::from_le_bytes(b[40..48].try_into().unwrap()),
+                ino: u64::from_le_bytes(b[48..56].try_into().unwrap()),
             },
         })
     }
@@ -167,6 +171,14 @@ fn prime_pair(seg: &Segment, me: usize, peer: usize) {
 /// A peer this rail reaches.
 struct Peer {
     pid: u32,
+    /// `pid` names the peer's process in this PID namespace (the peer
+    /// published the same namespace, or either does not know its own):
+    /// only then is the kernel asked whether it still exists.
+    pid_here: bool,
+    /// Its probe word was read at `pid` and held the value it published:
+    /// cross-memory attach reaches it. Reads from a peer not checked so
+    /// are refused, whatever a rendezvous asks.
+    readable: bool,
     tx: Producer<Raw>,
     /// Full-ring refusals since the peer's liveness was last checked.
     full: u32,
@@ -193,7 +205,7 @@ impl Peer {
                 // A full ring is normal back-pressure, but a reader that
                 // died never empties it: look (a system call) now and then.
                 self.full += 1;
-                if self.full.is_multiple_of(4096) && cma::gone(self.pid) {
+                if self.full.is_multiple_of(4096) && self.pid_here && cma::gone(self.pid) {
                     self.gone = true;
                     return Err(PostError::Hard(-libc::EPIPE));
                 }
@@ -207,6 +219,9 @@ pub(crate) struct ShmRail {
     pub(crate) profile: RailProfile,
     job: LocalJob,
     me: Addr,
+    /// Cross-memory attach works from this process (`cma::probe`): peers
+    /// are checked for it as they are inserted.
+    cma_ok: bool,
     /// Peers by local rank, once inserted.
     peers: Vec<Option<Peer>>,
     /// Rings from inserted peers, with their local rank and process name
@@ -340,8 +355,10 @@ impl ShmRail {
                 host,
                 probe,
                 probe_value,
+                pid_ns: cma::own_pid_ns(),
                 seg: seg.id(),
             },
+            cma_ok: read_ok,
             peers: (0..job.size).map(|_| None).collect(),
             rx: Vec::new(),
             watch: Arc::new(RingWatch {
@@ -390,6 +407,18 @@ impl ShmRail {
         })
     }
 
+    /// Whether a peer's published address is one of this job's ranks on
+    /// this host that mapped another object of the segment's name (a
+    /// `/dev/shm` of its own): its rings are not this rank's.
+    pub(crate) fn in_other_segment(&self, name: &[u8]) -> bool {
+        Addr::decode(name).is_some_and(|a| {
+            a.jobid == self.me.jobid
+                && a.host == self.me.host
+                && a.size == self.me.size
+                && a.seg != self.me.seg
+        })
+    }
+
     /// Starts serving a same-host peer, process `proc_name`, if its
     /// published address is one of this job's on this host (`None` if
     /// not).
@@ -414,16 +443,27 @@ impl ShmRail {
         if self.peers[r].is_some() {
             return Ok(FiAddr(r as u64));
         }
-        if self.profile.rndv_read {
-            cma::check_peer(a.pid, a.probe, a.probe_value).map_err(|e| {
-                format!(
+        // Checked wherever the call works at all, not only where this rank
+        // reads: a peer's rendezvous may ask for a read whatever this
+        // rank's own setting.
+        let readable = match self
+            .cma_ok
+            .then(|| cma::check_peer(a.pid, a.probe, a.probe_value))
+        {
+            Some(Ok(())) => true,
+            Some(Err(e)) if self.profile.rndv_read => {
+                return Err(format!(
                     "cross-memory attach to local rank {r} fails ({e}); set \
                      mtl_rustofi_rndv_protocol msg to move large messages through the rings"
-                )
-            })?;
-        }
+                ))
+            }
+            _ => false,
+        };
+        let pid_here = a.pid_ns == 0 || self.me.pid_ns == 0 || a.pid_ns == self.me.pid_ns;
         self.peers[r] = Some(Peer {
             pid: a.pid,
+            pid_here,
+            readable,
             tx: Producer::new(self.seg.ring(self.job.rank, r)),
             full: 0,
             gone: false,
@@ -714,6 +754,7 @@ mod addr_tests {
             host: 0x9abc_def0,
             probe: 0xdead_beef_0000,
             probe_value: 0x5255_5354_4f46_4931,
+            pid_ns: 0xf000_0001,
             seg: segment::SegmentId {
                 dev: 0x0123_4567_89ab_cdef,
                 ino: 0xfedc_ba98_7654_3210,

@@ -171,10 +171,11 @@ impl ShmRail {
         }
     }
 
-    /// The pid of the peer at `src`, if `key` is it.
-    fn reader_pid(&self, src: FiAddr, key: u64) -> Option<u32> {
+    /// The pid of the peer at `src`, if `key` is it and cross-memory
+    /// attach was found to reach it there.
+    pub(super) fn reader_pid(&self, src: FiAddr, key: u64) -> Option<u32> {
         match self.peers.get(src.0 as usize).and_then(Option::as_ref) {
-            Some(p) if p.pid as u64 == key => Some(p.pid),
+            Some(p) if p.readable && p.pid as u64 == key => Some(p.pid),
             _ => None,
         }
     }

@@ -534,8 +534,37 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        // A segment some local rank never attached to (it had no room, a
+        // /dev/shm of its own, or died first) still has its name: removed
+        // now if it is still this object's, since the runtime's cleanup
+        // does not see a /dev/shm of this rank's own. Every rank that
+        // shares it attached during MPI_Init, before the modex fence, so
+        // none comes after this.
+        if (self.attached().load(Ordering::Acquire) as usize) < self.ranks {
+            self.unlink_if_named();
+        }
         // SAFETY: our mapping, no longer used (the rail's rings are gone).
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
+impl Segment {
+    /// Removes the name if it still names this object.
+    fn unlink_if_named(&self) {
+        let Ok(path) = CString::new(self.path.clone()) else {
+            return;
+        };
+        // SAFETY: all zeros is a valid `stat` (integers only).
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid C string and struct.
+        let named = unsafe { libc::stat(path.as_ptr(), &mut st) } == 0
+            && st.st_dev == self.id.dev
+            && st.st_ino == self.id.ino;
+        if named {
+            let name = CString::new(&self.path["/dev/shm".len()..]).expect("no NUL");
+            // SAFETY: a valid C string.
+            unsafe { libc::shm_unlink(name.as_ptr()) };
+        }
     }
 }
 

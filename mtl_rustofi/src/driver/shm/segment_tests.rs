@@ -279,3 +279,30 @@ fn a_leftover_of_another_size_is_refused_and_removed() {
     assert!(e.contains("leftover"), "{e}");
     assert!(!exists(&format!("/dev/shm{}", name(job, 1))));
 }
+
+#[test]
+fn a_segment_not_every_rank_attached_to_is_removed_when_dropped() {
+    let job = 0xf700_0000 | std::process::id();
+    let a = Segment::attach(job, 1, 2).unwrap();
+    let path = a.path().to_string();
+    assert!(exists(&path), "named while a rank is missing");
+    // Another object under the name by then (a rank that removed a
+    // leftover and made it again) keeps its name.
+    unlink(job, 1);
+    let b = Segment::attach(job, 1, 3).unwrap();
+    drop(a);
+    assert!(exists(&path), "another object's name was removed");
+    drop(b);
+    assert!(
+        !exists(&path),
+        "left behind by a rank whose peers never came"
+    );
+    // One every rank attached to was removed as the last came, and its
+    // drop removes nothing of the same name made since.
+    let c = Segment::attach(job, 1, 1).unwrap();
+    let d = Segment::attach(job, 1, 2).unwrap();
+    drop(c);
+    assert!(exists(&path));
+    drop(d);
+    assert!(!exists(&path));
+}

@@ -124,6 +124,66 @@ fn a_dead_reader_fails_the_send_instead_of_blocking_it_forever() {
 }
 
 #[test]
+fn a_pid_of_another_pid_namespace_is_neither_asked_about_nor_read_from() {
+    let jobid = 0xa8 << 24 | std::process::id() & 0xff_ffff;
+    // The message rendezvous: a peer that cross-memory attach does not
+    // reach is served (with the read rendezvous it is refused, below).
+    let mut s = settings();
+    s.rndv = config::RndvProtocol::Msg;
+    let open = |rank| {
+        ShmRail::open(
+            LocalJob {
+                jobid,
+                rank,
+                size: 2,
+            },
+            &s,
+        )
+        .unwrap()
+    };
+    let (mut a, b) = (open(0), open(1));
+    // Rank 1 as published from a PID namespace of its own: its pid names
+    // no process here (one that has exited stands for it).
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let elsewhere = child.id();
+    child.wait().unwrap();
+    let mut addr = Addr::decode(&b.name()).unwrap();
+    addr.pid = elsewhere;
+    addr.pid_ns ^= 1;
+    a.profile.rndv_read = true;
+    let e = a.insert(&addr.encode(), PROC_B).unwrap_err();
+    assert!(
+        e.contains("cross-memory attach to local rank 1 fails"),
+        "{e}"
+    );
+    a.profile.rndv_read = false;
+    a.insert(&addr.encode(), PROC_B).unwrap();
+    let p = a.peers[1].as_ref().unwrap();
+    assert!(!p.pid_here);
+    assert!(!p.readable, "the probe word is not found at that pid");
+    assert_eq!(a.reader_pid(FiAddr(1), elsewhere as u64), None);
+    // A full ring is back-pressure for as long as it lasts: the busy
+    // reader is not taken for dead on the word of this process table.
+    let pkt = [7u8; 1000];
+    let mut again = 0u32;
+    while again < 3 * 4096 {
+        match a.send(FiAddr(1), region(&pkt), None) {
+            Ok(()) => {}
+            Err(PostError::Again) => again += 1,
+            Err(e) => panic!("a busy peer of another namespace failed: {e:?}"),
+        }
+    }
+    // The same peer published from this namespace is checked, and read.
+    let (mut c, d) = pair(0xa9);
+    let q = c.peers[1].as_ref().unwrap();
+    assert!(q.pid_here && q.readable);
+    let pid = Addr::decode(&d.name()).unwrap().pid;
+    assert_eq!(c.reader_pid(FiAddr(1), pid as u64), Some(pid));
+    c.peers[1].as_mut().unwrap().readable = false;
+    assert_eq!(c.reader_pid(FiAddr(1), pid as u64), None);
+}
+
+#[test]
 fn an_impossible_length_in_the_ring_is_refused_with_a_message() {
     let (mut a, mut b) = pair(0xa3);
     let mut c = core(&b, PROC_A);
@@ -369,5 +429,11 @@ fn an_address_of_another_job_or_host_is_not_served() {
         split.seg.ino ^= ino;
         assert!(!a.reaches(&split.encode()));
         assert!(a.insert(&split.encode(), PROC_B).is_err());
+        assert!(a.in_other_segment(&split.encode()));
     }
+    // Another job's rank, or one of another host, is not "in another
+    // segment of this job" (its own message says so).
+    assert!(!a.in_other_segment(&d.name()));
+    assert!(!a.in_other_segment(&elsewhere.encode()));
+    assert!(!a.in_other_segment(&b.name()));
 }
