@@ -14,14 +14,16 @@
 //! each publishes the object's device and inode with its address, so that
 //! ranks that mapped different objects of one name (removed and made
 //! again between their opens, or each in a `/dev/shm` of its own) never
-//! take each other for peers. A
-//! fresh object reads as zeros, which is every ring's empty state, so
-//! nobody initialises anything. Each rank maps it and counts itself in
-//! the header. The rank that completes the count unlinks the name: from
-//! then on the memory lives only in the mappings, and nothing is left in
-//! `/dev/shm` however the ranks end. A rank that dies before attaching
-//! leaves the name behind until the runtime's cleanup (the path is
-//! registered with it, as for the libfabric rail).
+//! take each other for peers. A fresh object reads as zeros, which is
+//! every ring's empty state, so nobody initialises anything. Each rank
+//! maps it and counts itself in the header. The rank that completes the
+//! count unlinks the name: from then on the memory lives only in the
+//! mappings, and nothing is left in `/dev/shm` however the ranks end.
+//! Where some rank never attaches (it found no room, or has a `/dev/shm`
+//! of its own), each that did removes the name as it lets the segment
+//! go, if it still names this object; a rank that dies before the count
+//! is complete leaves the name behind until the runtime's cleanup (the
+//! path is registered with it, as for the libfabric rail).
 //!
 //! Why the room is checked: the object is sparse, and its pages are
 //! allocated as the rings are first touched. On a `/dev/shm` too small
@@ -296,7 +298,8 @@ impl Segment {
                 if fd < 0 {
                     // Removed between the two opens (by a creator that
                     // gave up): this rank tries to create it in turn.
-                    if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) {
+                    let gone = std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT);
+                    if gone && Instant::now() < deadline {
                         continue;
                     }
                     return Err(os_error("shm_open", name));
