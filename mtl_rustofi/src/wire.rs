@@ -49,7 +49,7 @@ mod modex;
 
 pub(crate) use eager::EagerMsg;
 use eager::{u32_at, u64_at};
-pub(crate) use modex::{PeerInfo, RailAddr, RailKind};
+pub(crate) use modex::{same_pid_namespace, PeerInfo, RailAddr, RailKind};
 
 pub(crate) const MAGIC: u8 = 0xA7;
 pub(crate) const VERSION: u8 = 8;

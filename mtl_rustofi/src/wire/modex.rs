@@ -66,6 +66,12 @@ pub(crate) struct PeerInfo {
 const PEER_INFO_TAG: [u8; 4] = [b'R', b'O', b'F', VERSION];
 const MAX_RAILS: usize = 2 + MAX_STRIPES + 1;
 
+/// Whether pids published from PID namespaces `a` and `b` (0: unknown)
+/// name the same processes, as far as can be told.
+pub(crate) fn same_pid_namespace(a: u64, b: u64) -> bool {
+    a == 0 || b == 0 || a == b
+}
+
 impl PeerInfo {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut v =
@@ -165,7 +171,7 @@ impl PeerInfo {
     /// Whether this peer's process id names the same process here, as far
     /// as can be told: both PID namespaces the same, or either unknown.
     pub(crate) fn pid_is_ours(&self, own_pid_ns: u64) -> bool {
-        self.pid != 0 && (self.pid_ns == 0 || own_pid_ns == 0 || self.pid_ns == own_pid_ns)
+        self.pid != 0 && same_pid_namespace(self.pid_ns, own_pid_ns)
     }
 
     /// The address of the given kind, if published.

@@ -399,24 +399,21 @@ impl ShmRail {
     /// job's segment on this host, the same layout, the same object).
     pub(crate) fn reaches(&self, name: &[u8]) -> bool {
         Addr::decode(name).is_some_and(|a| {
-            a.jobid == self.me.jobid
-                && a.host == self.me.host
-                && a.size == self.me.size
-                && a.seg == self.me.seg
-                && (a.rank as usize) < self.job.size
+            self.same_job(&a) && a.seg == self.me.seg && (a.rank as usize) < self.job.size
         })
+    }
+
+    /// Whether `a` is a rank of this job on this host, with the same
+    /// layout.
+    fn same_job(&self, a: &Addr) -> bool {
+        a.jobid == self.me.jobid && a.host == self.me.host && a.size == self.me.size
     }
 
     /// Whether a peer's published address is one of this job's ranks on
     /// this host that mapped another object of the segment's name (a
     /// `/dev/shm` of its own): its rings are not this rank's.
     pub(crate) fn in_other_segment(&self, name: &[u8]) -> bool {
-        Addr::decode(name).is_some_and(|a| {
-            a.jobid == self.me.jobid
-                && a.host == self.me.host
-                && a.size == self.me.size
-                && a.seg != self.me.seg
-        })
+        Addr::decode(name).is_some_and(|a| self.same_job(&a) && a.seg != self.me.seg)
     }
 
     /// Starts serving a same-host peer, process `proc_name`, if its
@@ -459,7 +456,7 @@ impl ShmRail {
             }
             _ => false,
         };
-        let pid_here = a.pid_ns == 0 || self.me.pid_ns == 0 || a.pid_ns == self.me.pid_ns;
+        let pid_here = wire::same_pid_namespace(a.pid_ns, self.me.pid_ns);
         self.peers[r] = Some(Peer {
             pid: a.pid,
             pid_here,

@@ -216,14 +216,20 @@ struct Mapped {
     id: SegmentId,
 }
 
-/// Which object `fd` is open on.
-fn object_id(fd: i32, name: &str) -> Result<SegmentId, String> {
+/// The `fstat` of `fd`.
+fn stat_fd(fd: i32, name: &str) -> Result<libc::stat, String> {
     // SAFETY: all zeros is a valid `stat` (integers only).
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: a valid descriptor and struct.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return Err(os_error("fstat", name));
     }
+    Ok(st)
+}
+
+/// Which object `fd` is open on.
+fn object_id(fd: i32, name: &str) -> Result<SegmentId, String> {
+    let st = stat_fd(fd, name)?;
     Ok(SegmentId {
         dev: st.st_dev,
         ino: st.st_ino,
@@ -233,18 +239,21 @@ fn object_id(fd: i32, name: &str) -> Result<SegmentId, String> {
 /// Removes the name `c` if it still names the object open as `fd` (not
 /// one another rank has made since).
 fn unlink_if_same(c: &CStr, fd: i32) {
+    if let Ok(id) = object_id(fd, "") {
+        unlink_if_named(c, id);
+    }
+}
+
+/// Removes the name `c` if it still names object `id`.
+fn unlink_if_named(c: &CStr, id: SegmentId) {
     let path = CString::new(format!("/dev/shm{}", c.to_string_lossy())).expect("no NUL");
     // SAFETY: all zeros is a valid `stat` (integers only).
-    let (mut by_fd, mut by_path): (libc::stat, libc::stat) =
-        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-    // SAFETY: a valid descriptor, a valid C string and valid structs.
-    let same = unsafe {
-        libc::fstat(fd, &mut by_fd) == 0
-            && libc::stat(path.as_ptr(), &mut by_path) == 0
-            && by_fd.st_ino == by_path.st_ino
-            && by_fd.st_dev == by_path.st_dev
-    };
-    if same {
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and struct.
+    let named = unsafe { libc::stat(path.as_ptr(), &mut st) } == 0
+        && st.st_dev == id.dev
+        && st.st_ino == id.ino;
+    if named {
         // SAFETY: a valid C string.
         unsafe { libc::shm_unlink(c.as_ptr()) };
     }
@@ -309,6 +318,7 @@ impl Segment {
                 room(fd, name)
                     .map_err(|why| Refusal { why, ours: true })
                     .and_then(|room| Self::size_new(fd, name, ranks, room))
+                    .map(Some)
             } else {
                 Self::size_found(fd, name, ranks, deadline)
             };
@@ -348,12 +358,7 @@ impl Segment {
     /// Sizes the object this rank created, on a file system with `room`
     /// bytes left: as large as [`ring_cells`] asks if it fits, else
     /// smaller. The length and the cells per ring.
-    fn size_new(
-        fd: i32,
-        name: &str,
-        ranks: usize,
-        room: u64,
-    ) -> Result<Option<(usize, usize)>, Refusal> {
+    fn size_new(fd: i32, name: &str, ranks: usize, room: u64) -> Result<(usize, usize), Refusal> {
         let cells = ring_cells_within(ranks, room).ok_or_else(|| Refusal {
             why: no_room(name, ranks, room),
             ours: true,
@@ -366,7 +371,7 @@ impl Segment {
                 ours: true,
             });
         }
-        Ok(Some((len, cells)))
+        Ok((len, cells))
     }
 
     /// The length and cells per ring of an object another rank created,
@@ -379,15 +384,7 @@ impl Segment {
         deadline: Instant,
     ) -> Result<Option<(usize, usize)>, Refusal> {
         loop {
-            // SAFETY: all zeros is a valid `stat` (integers only).
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            // SAFETY: a valid descriptor and struct.
-            if unsafe { libc::fstat(fd, &mut st) } != 0 {
-                return Err(Refusal {
-                    why: os_error("fstat", name),
-                    ours: false,
-                });
-            }
+            let st = stat_fd(fd, name).map_err(|why| Refusal { why, ours: false })?;
             let have = st.st_size as usize;
             if have != 0 {
                 return match cells_of(ranks, have) {
@@ -544,30 +541,12 @@ impl Drop for Segment {
         // shares it attached during MPI_Init, before the modex fence, so
         // none comes after this.
         if (self.attached().load(Ordering::Acquire) as usize) < self.ranks {
-            self.unlink_if_named();
+            if let Ok(name) = CString::new(&self.path["/dev/shm".len()..]) {
+                unlink_if_named(&name, self.id);
+            }
         }
         // SAFETY: our mapping, no longer used (the rail's rings are gone).
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
-    }
-}
-
-impl Segment {
-    /// Removes the name if it still names this object.
-    fn unlink_if_named(&self) {
-        let Ok(path) = CString::new(self.path.clone()) else {
-            return;
-        };
-        // SAFETY: all zeros is a valid `stat` (integers only).
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid C string and struct.
-        let named = unsafe { libc::stat(path.as_ptr(), &mut st) } == 0
-            && st.st_dev == self.id.dev
-            && st.st_ino == self.id.ino;
-        if named {
-            let name = CString::new(&self.path["/dev/shm".len()..]).expect("no NUL");
-            // SAFETY: a valid C string.
-            unsafe { libc::shm_unlink(name.as_ptr()) };
-        }
     }
 }
 

@@ -154,7 +154,7 @@ fn a_creator_sizes_the_object_to_the_room_or_refuses_and_removes_it() {
         (least, 4096),
     ] {
         let fd = create(job, 1);
-        let r = Segment::size_new(fd, &nm, 4, room).ok().flatten();
+        let r = Segment::size_new(fd, &nm, 4, room).ok();
         assert_eq!(r, Some((size(4, cells), cells)), "room {room}");
         // The object has that length, and a rank that finds it reads
         // the ring size back.
