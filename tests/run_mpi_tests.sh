@@ -821,6 +821,17 @@ for prov in tcp shm; do
             rndv_chunk_size=268435456
     fi
 done
+# Beyond 4 GiB in one message (4 GiB + 2 bytes as 3-byte elements): a
+# length no 32-bit field holds, ending off a page boundary; over tcp, and
+# over the own rail by cross-memory attach and by data packets through the
+# rings. About 4 GiB of memory per rank.
+if has_provider tcp; then
+    run_test huge tcp 2 "clean rndv>=1 recv_bytes>=4294967298" -- 4294967298
+    run_test huge tcp 2 "clean rndv>=1 shm_peers=4 recv_bytes>=4294967298" shm=on \
+        -- 4294967298
+    run_test huge tcp 2 "clean rndv>=1 shm_peers=4 recv_bytes>=4294967298" shm=on \
+        rndv_protocol=msg -- 4294967298
+fi
 
 if [[ -z "$BASELINE" ]]; then
     check_bad_input badinput_nosuchprov 1 "mtl_rustofi_provider_include" \
