@@ -784,6 +784,9 @@ if has_provider tcp; then
     run_test coalesce tcp 2 "clean coalesced=0 shm_peers=4" shm=on
     run_test coalesce tcp 2 "clean coalesced=0" coalesce=0
     run_test collectives tcp 4 "clean shm_peers=16 net_peers=0" shm=auto
+    # eight local ranks: polls read the rings on a schedule (the hot ones,
+    # all of them one poll in four), under collectives' mixed traffic
+    run_test collectives tcp 8 "clean shm_peers=64 net_peers=0" shm=on
     run_test threads tcp 3 "clean shm_peers=9 net_peers=0" shm=auto
     run_test big_checksum tcp 2 "clean rndv>=4 shm_peers=4" shm=on rndv_protocol=send
     run_test big_checksum tcp 2 "clean rndv>=4 shm_peers=4" shm=libfabric rndv_protocol=send

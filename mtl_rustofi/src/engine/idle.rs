@@ -37,9 +37,10 @@ pub(super) struct IdleWatch {
 const FULL_EVERY: u32 = 64;
 
 impl IdleWatch {
-    /// Whether a poll can return now.
+    /// Whether a poll can return now (`SCHEDULED`: as
+    /// [`RingWatch::any_ready`]).
     #[inline]
-    pub(super) fn skip(&self, inbox_empty: bool) -> bool {
+    pub(super) fn skip<const SCHEDULED: bool>(&self, inbox_empty: bool) -> bool {
         if !self.ring_only.load(Ordering::Relaxed) || !inbox_empty {
             return false;
         }
@@ -49,7 +50,7 @@ impl IdleWatch {
             self.forced.store(true, Ordering::Relaxed);
             return false;
         }
-        if self.rings.any_ready() {
+        if self.rings.any_ready::<SCHEDULED>() {
             return false;
         }
         self.skipped.store(n + 1, Ordering::Relaxed);

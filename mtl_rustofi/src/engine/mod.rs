@@ -99,6 +99,8 @@ pub(crate) struct Engine {
     /// The quick look of an empty poll, where the own shared-memory rail
     /// is open.
     idle: Option<IdleWatch>,
+    /// The quick look keeps the rings' schedule (`RingWatch::scheduled`).
+    scheduled_look: bool,
     /// The network provider's name and capabilities.
     pub(crate) provider: String,
     /// The network provider's domain (NIC) this rank uses.
@@ -181,8 +183,10 @@ impl Engine {
             skipped: AtomicU32::new(0),
             forced: AtomicBool::new(false),
         });
+        let scheduled_look = idle.as_ref().is_some_and(|w| w.rings.scheduled());
         Ok(Engine {
             idle,
+            scheduled_look,
             provider: net.map_or_else(|| "none".to_string(), |n| n.provider.clone()),
             nic,
             stripe_nics,
@@ -642,12 +646,20 @@ impl Engine {
     }
 
     /// Whether a poll would find nothing, by a look that takes no token
-    /// ([`IdleWatch`]): then the caller may return at once.
+    /// ([`IdleWatch`]): then the caller may return at once. `SCHEDULED`
+    /// must be [`Engine::looks_on_schedule`]'s answer.
     #[inline]
-    pub(crate) fn nothing_to_poll(&self) -> bool {
+    pub(crate) fn nothing_to_poll<const SCHEDULED: bool>(&self) -> bool {
         self.idle
             .as_ref()
-            .is_some_and(|w| w.skip(self.handoff.inbox_is_empty()))
+            .is_some_and(|w| w.skip::<SCHEDULED>(self.handoff.inbox_is_empty()))
+    }
+
+    /// Whether the quick look reads the rings on a schedule (four or more
+    /// local ranks, `driver::shm::inbound`).
+    #[inline]
+    pub(crate) fn looks_on_schedule(&self) -> bool {
+        self.scheduled_look
     }
 
     /// Whether nothing waits in the component's queues for a rail to take

@@ -151,12 +151,12 @@ fn ring_only_rounds_leave_no_work_behind_and_run_when_idle() {
         "the first send found the ring empty, yet was not complete at once"
     );
     assert!(
-        !a.engine.nothing_to_poll(),
+        !a.engine.nothing_to_poll::<false>(),
         "packets wait in the sender's core for room, yet its polls would be skipped"
     );
     a.engine.progress(&mut out);
     assert!(
-        !a.engine.nothing_to_poll(),
+        !a.engine.nothing_to_poll::<false>(),
         "a progress round left the sender idle with packets still waiting"
     );
 
@@ -175,7 +175,7 @@ fn ring_only_rounds_leave_no_work_behind_and_run_when_idle() {
             sent.iter().filter(|s| **s).count()
         );
         // The way the shim polls: skipped when there is nothing to do.
-        if !a.engine.nothing_to_poll() {
+        if !a.engine.nothing_to_poll::<false>() {
             a.engine.progress(&mut a_out);
         }
         a_out.deliver(|c| match c {
@@ -187,7 +187,7 @@ fn ring_only_rounds_leave_no_work_behind_and_run_when_idle() {
             }
             other => panic!("the sender got {other:?}"),
         });
-        if !b.engine.nothing_to_poll() {
+        if !b.engine.nothing_to_poll::<false>() {
             b.engine.progress(&mut out);
         }
         out.deliver(|c| match c {
@@ -225,7 +225,7 @@ fn ring_only_rounds_leave_no_work_behind_and_run_when_idle() {
         r.engine.progress(&mut out);
         assert!(out.is_empty());
         assert!(
-            r.engine.nothing_to_poll(),
+            r.engine.nothing_to_poll::<false>(),
             "an idle rank still polls the whole way"
         );
     }
@@ -534,7 +534,7 @@ unsafe fn counted_irecv(
 /// [`counted_isend`].
 #[inline(never)]
 fn counted_poll(e: &Engine, out: &mut Finished) {
-    if !e.nothing_to_poll() {
+    if !e.nothing_to_poll::<false>() {
         e.progress(out);
     }
 }
@@ -578,7 +578,7 @@ fn the_idle_note_stays_true_through_posts_that_queue_and_posts_that_match() {
     b.engine.progress(&mut out);
     assert!(idle_note_holds(&b.engine));
     assert!(
-        b.engine.nothing_to_poll(),
+        b.engine.nothing_to_poll::<false>(),
         "an idle receiver's polls are not skipped"
     );
     let sel = |tag: i32| Selector {
@@ -614,7 +614,7 @@ fn the_idle_note_stays_true_through_posts_that_queue_and_posts_that_match() {
             .unwrap();
         assert!(idle_note_holds(&b.engine));
         assert!(
-            b.engine.nothing_to_poll(),
+            b.engine.nothing_to_poll::<false>(),
             "a receive only queued made an idle receiver poll"
         );
         // Tags 1 (eager) and 2 (rendezvous) arrive before their receives.
@@ -649,7 +649,7 @@ fn the_idle_note_stays_true_through_posts_that_queue_and_posts_that_match() {
         );
         // Both poll as the shim does: skipped when there is nothing to do.
         for (e, list) in [(&a.engine, &mut a_out), (&b.engine, &mut out)] {
-            if !e.nothing_to_poll() {
+            if !e.nothing_to_poll::<false>() {
                 e.progress(list);
             }
             assert!(idle_note_holds(e));

@@ -41,13 +41,31 @@ pub unsafe extern "C" fn rustofi_add_peer(
 /// Drains the completion queue; returns the number of events handled.
 #[no_mangle]
 pub extern "C" fn rustofi_progress() -> c_int {
-    match component() {
+    let c = component();
+    if let Some(c) = c {
+        if c.engine.looks_on_schedule() {
+            return progress_on_schedule(c);
+        }
+    }
+    match c {
         // An empty poll (the common case of a waiting rank) returns after
         // a few loads, before the unwind guard and the token: nothing on
         // that path can panic. The rest is a call of its own, so that this
         // path saves no registers and sets up no frame for it.
-        Some(c) if c.engine.nothing_to_poll() => 0,
+        Some(c) if c.engine.nothing_to_poll::<false>() => 0,
         c => progress_round(c),
+    }
+}
+
+/// `rustofi_progress` where the quick look keeps the rings' schedule
+/// (many local ranks): a call of its own, so that the look for few ranks
+/// keeps its small frame.
+#[inline(never)]
+fn progress_on_schedule(c: &'static Component) -> c_int {
+    if c.engine.nothing_to_poll::<true>() {
+        0
+    } else {
+        progress_round(Some(c))
     }
 }
 

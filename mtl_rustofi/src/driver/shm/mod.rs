@@ -21,6 +21,7 @@
 //! Everything runs under the progress token like the libfabric rails.
 
 pub(crate) mod cma;
+mod inbound;
 pub(crate) mod reads;
 pub(crate) mod ring;
 pub(crate) mod segment;
@@ -28,14 +29,16 @@ pub(crate) mod short;
 
 use crate::config::{RndvProtocol, Settings};
 use crate::proto::action::InlineHead;
-use crate::proto::ids::{FiAddr, PeerId, RailId, RxSlot};
+use crate::proto::ids::{FiAddr, PeerId, RailId};
 use crate::proto::{Action, Core, InlineSend, Out, PostError, Posted, RailProfile};
 use crate::usermem::{copy_bytes, Region, UserBuf};
 use crate::wire::{self, EagerHead, RailKind};
+use inbound::Inbound;
+pub(crate) use inbound::RingWatch;
 pub(crate) use reads::{execute_reads, local_read};
-use ring::{Consumer, Producer, Raw};
+use ring::{Producer, Raw};
 use segment::Segment;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// The provider name the rail reports (profiles, verbose lines).
 pub(crate) const PROVIDER: &str = "rustofi-shm";
@@ -43,10 +46,6 @@ pub(crate) const PROVIDER: &str = "rustofi-shm";
 /// Cells written to a peer's ring (a page of them) after which the rings
 /// to and from it are mapped in whole ([`Segment::prime`]).
 const PRIME_AFTER: u64 = (4096 / ring::CELL) as u64;
-
-/// Packets read from one peer's ring per poll, so that one busy sender
-/// cannot starve the others (the rest wait for the next poll).
-const POLL_BUDGET: usize = 64;
 
 /// This rank's place among the job's ranks on this host (from the
 /// launcher: `OMPI_COMM_WORLD_LOCAL_RANK`/`_SIZE`, Open MPI's job id).
@@ -224,12 +223,8 @@ pub(crate) struct ShmRail {
     cma_ok: bool,
     /// Peers by local rank, once inserted.
     peers: Vec<Option<Peer>>,
-    /// Rings from inserted peers, with their local rank and process name
-    /// (the sender of the ring's short packets, [`short`]).
-    rx: Vec<(usize, u64, Consumer<Raw>)>,
-    /// The rings from inserted peers again, for threads that look for
-    /// packets without the progress token.
-    watch: Arc<RingWatch>,
+    /// Rings from inserted peers, and which of them a poll reads.
+    inbound: Inbound,
     /// A send came since a poll last read a packet: the next send is part
     /// of a run (a window of sends), which prefetches the cells it writes
     /// into next (see [`Producer::prefetch_ahead`]). The first send after
@@ -238,32 +233,6 @@ pub(crate) struct ShmRail {
     in_run: bool,
     // Last: the rings above point into it.
     seg: Arc<Segment>,
-}
-
-/// The receiving rings of a rank, readable by any thread: one slot per
-/// local rank, filled when that peer is inserted. It holds the segment,
-/// so its rings stay mapped as long as it lives.
-pub(crate) struct RingWatch {
-    rings: Box<[OnceLock<Raw>]>,
-    _seg: Arc<Segment>,
-}
-
-// SAFETY: a `Raw` names memory of the segment, which the watch keeps
-// mapped; the watch only reads it through atomics (`ring::looks_ready`),
-// as the ring protocol allows any reader to.
-unsafe impl Sync for RingWatch {}
-// SAFETY: as above; nothing in it is tied to a thread.
-unsafe impl Send for RingWatch {}
-
-impl RingWatch {
-    /// Whether some ring seems to hold a packet (a hint: see
-    /// [`ring::looks_ready`]).
-    #[inline]
-    pub(crate) fn any_ready(&self) -> bool {
-        self.rings
-            .iter()
-            .any(|r| r.get().is_some_and(ring::looks_ready))
-    }
 }
 
 impl ShmRail {
@@ -360,11 +329,7 @@ impl ShmRail {
             },
             cma_ok: read_ok,
             peers: (0..job.size).map(|_| None).collect(),
-            rx: Vec::new(),
-            watch: Arc::new(RingWatch {
-                rings: (0..job.size).map(|_| OnceLock::new()).collect(),
-                _seg: seg.clone(),
-            }),
+            inbound: Inbound::new(job.size, seg.clone()),
             in_run: false,
             seg,
         })
@@ -387,7 +352,7 @@ impl ShmRail {
 
     /// The rings, for threads without the progress token.
     pub(crate) fn watch(&self) -> Arc<RingWatch> {
-        self.watch.clone()
+        self.inbound.watch().clone()
     }
 
     /// The path the segment had, for the runtime's cleanup.
@@ -466,9 +431,8 @@ impl ShmRail {
             gone: false,
             primed: false,
         });
-        let ring = self.seg.ring(r, self.job.rank);
-        self.rx.push((r, proc_name, Consumer::new(ring)));
-        let _ = self.watch.rings[r].set(ring);
+        self.inbound
+            .insert(r, proc_name, self.seg.ring(r, self.job.rank));
         Ok(FiAddr(r as u64))
     }
 
@@ -619,34 +583,15 @@ impl ShmRail {
         self.me.pid as u64
     }
 
-    /// Hands every packet waiting in the peers' rings to the core (up to
-    /// a budget per peer). Returns the number of packets. A ring is read
+    /// Hands the packets waiting in the peers' rings to the core (up to
+    /// a budget per peer; with many local ranks, from the rings this poll
+    /// reads: [`inbound`]). Returns the number of packets. A ring is read
     /// from the moment its peer is inserted, which the core then adds
     /// (`engine::peers::add_peer`): there is no ring of a peer the core
     /// does not want polled, and without peers there is nothing to read.
     #[inline]
     pub(crate) fn poll(&mut self, rail: RailId, core: &mut Core, out: &mut Out) -> usize {
-        let mut total = 0;
-        for (from, name, c) in &mut self.rx {
-            let name = *name;
-            for _ in 0..POLL_BUDGET {
-                let read = c.pop(|pkt| short::deliver(core, rail, pkt, name, out));
-                match read {
-                    Ok(true) => total += 1,
-                    Ok(false) => break,
-                    Err(m) => {
-                        let why = format!(
-                            "dropped a malformed packet from local rank {from}: the ring's cell \
-                             {} claims {} bytes; nothing more is read from that ring",
-                            m.cell, m.len
-                        );
-                        core.on_rx_error(rail, RxSlot(0), false, &why, &[], out);
-                        total += 1;
-                        break;
-                    }
-                }
-            }
-        }
+        let total = self.inbound.poll(rail, core, out);
         if total > 0 {
             self.in_run = false;
         }

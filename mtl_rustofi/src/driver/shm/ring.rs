@@ -311,6 +311,13 @@ impl<C: Cells> Consumer<C> {
         Ok(true)
     }
 
+    /// Cells read so far (skips included): moves whenever a packet is
+    /// read.
+    #[inline]
+    pub(crate) fn position(&self) -> u64 {
+        self.tail
+    }
+
     /// Whether `w` is a header word written at our position (0, a cleared
     /// cell, never is: positions are stamped with a nonzero length).
     #[inline]

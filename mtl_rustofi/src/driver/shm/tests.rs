@@ -4,7 +4,7 @@
 //! made together.
 
 use super::reads::Read;
-use super::ring::{Cells, CELL, LINE, WORD};
+use super::ring::{Cells, Consumer, CELL, LINE, WORD};
 use super::*;
 use crate::config::{self, Fault};
 use crate::proto::ids::ReqId;
@@ -17,11 +17,11 @@ fn settings() -> Settings {
 }
 
 /// The process names of the two sides of [`pair`].
-const PROC_A: u64 = 7;
+pub(super) const PROC_A: u64 = 7;
 const PROC_B: u64 = 8;
 
 /// Ranks 0 and 1 of a job of two, each having inserted the other.
-fn pair(tag: u32) -> (ShmRail, ShmRail) {
+pub(super) fn pair(tag: u32) -> (ShmRail, ShmRail) {
     let jobid = tag << 24 | std::process::id() & 0xff_ffff;
     let s = settings();
     let mut a = ShmRail::open(
@@ -48,7 +48,7 @@ fn pair(tag: u32) -> (ShmRail, ShmRail) {
     (a, b)
 }
 
-fn region(b: &[u8]) -> Region {
+pub(super) fn region(b: &[u8]) -> Region {
     Region {
         addr: b.as_ptr() as usize,
         len: b.len(),
@@ -56,7 +56,7 @@ fn region(b: &[u8]) -> Region {
 }
 
 /// A core with this rail's profile, knowing process `peer` on it.
-fn core(rail: &ShmRail, peer: u64) -> Core {
+pub(super) fn core(rail: &ShmRail, peer: u64) -> Core {
     let s = settings();
     let cfg = CoreConfig {
         my_name: 1,
@@ -86,7 +86,7 @@ fn a_full_ring_pushes_back_and_loses_nothing() {
     // 1000 bytes take 32 cells: 256 packets fill the 8,192 cells of a
     // pair's ring.
     assert_eq!(sent, 256);
-    let rx = &mut b.rx[0].2;
+    let rx = b.inbound.consumer(0);
     let mut got = 0;
     while rx.pop(|p| assert_eq!(p, &pkt[..])).unwrap() {
         got += 1;
@@ -203,7 +203,7 @@ fn an_impossible_length_in_the_ring_is_refused_with_a_message() {
 
 /// A short packet (the ring's format for small eager messages) of
 /// message `seq` with tag `tag` and `payload`, as `send` takes it.
-fn short_packet(seq: u32, tag: i32, payload: &[u8]) -> Vec<u8> {
+pub(super) fn short_packet(seq: u32, tag: i32, payload: &[u8]) -> Vec<u8> {
     let head = crate::wire::EagerHead {
         ctx: 1,
         src: 0,
