@@ -7,11 +7,13 @@
 //! peers send nothing most of the time. So with many local ranks a poll
 //! reads the *hot* rings, those that delivered a packet lately, and one
 //! poll in `sweep_every` reads them all (a sweep). A ring that delivers a
-//! packet in a sweep becomes hot at once; one that delivered none over
-//! [`COOL_POLLS`] polls turns cold. Every ring starts hot. The polls
-//! counted there include the quick looks of idle polls, which take no
-//! token and read no ring of their own accord: a rank that waits long
-//! makes mostly those, and its rings must cool all the same.
+//! packet in a sweep becomes hot at once. Every [`COOL_POLLS`] polls (at
+//! the first sweep after them), the hot rings that delivered nothing since
+//! the last such cooling turn cold: a ring goes cold after one to two
+//! such periods of silence. Every ring starts hot. The polls counted there
+//! include the quick looks of idle polls, which take no token and read no
+//! ring of their own accord: a rank that waits long makes mostly those,
+//! and its rings must cool all the same.
 //!
 //! A packet in a cold ring is therefore read within `sweep_every` polls,
 //! and never missed: nothing but the reader's own schedule decides what
@@ -22,7 +24,9 @@
 //! the same schedule: it looks at the hot rings, whose set the token
 //! holder publishes as a bitmap (a hint: read stale, it costs at most the
 //! sweep's delay), and every `sweep_every`-th look at all of them; one
-//! that finds a packet in a cold ring asks the next poll to sweep.
+//! that finds a packet in a cold ring asks the next poll to sweep. The
+//! poll clears that request before it reads the rings, so a request made
+//! meanwhile is not lost.
 //!
 //! `sweep_every` grows with the local ranks ([`sweep_every`]): 1 (every
 //! poll reads every ring, as with no schedule at all) up to three ranks,
@@ -164,8 +168,13 @@ impl Inbound {
     #[inline(never)]
     fn schedule(&mut self) -> usize {
         self.polls = self.polls.wrapping_add(1);
-        self.sweeping =
-            self.polls & self.sweep_mask == 0 || self.watch.sweep_asked.load(Ordering::Relaxed);
+        // A request is cleared before the rings are read: one a look makes
+        // after this is for a packet this sweep may not see, and stands.
+        let asked = self.watch.sweep_asked.load(Ordering::Relaxed);
+        if asked {
+            self.watch.sweep_asked.store(false, Ordering::Relaxed);
+        }
+        self.sweeping = asked || self.polls & self.sweep_mask == 0;
         if self.sweeping {
             self.rings.len()
         } else {
@@ -173,13 +182,21 @@ impl Inbound {
         }
     }
 
-    /// After a sweep: the cold rings that delivered turn hot; once
-    /// [`COOL_POLLS`] polls have passed since the last cooling, the hot
-    /// rings that delivered nothing since then turn cold.
+    /// After a sweep: once [`COOL_POLLS`] polls have passed since the last
+    /// cooling, the hot rings that delivered nothing since then turn cold;
+    /// then the cold rings that delivered in this sweep turn hot (in this
+    /// order, so that a ring that just turned hot has a whole period to
+    /// deliver again).
     #[inline(never)]
     fn after_sweep(&mut self) {
         self.sweeping = false;
-        self.watch.sweep_asked.store(false, Ordering::Relaxed);
+        let since = self.clock().wrapping_sub(self.cooled_at);
+        // Above half the range: the count of looks, a hint that racing
+        // threads may set back, went back; wait for it.
+        if (COOL_POLLS..1 << 31).contains(&since) {
+            self.cooled_at = self.clock();
+            self.cool();
+        }
         for i in self.n_hot..self.rings.len() {
             if self.rings[i].fed() {
                 // Into the hot prefix; the ring it changes place with is a
@@ -188,11 +205,6 @@ impl Inbound {
                 self.watch.set_hot(self.rings[self.n_hot].from, true);
                 self.n_hot += 1;
             }
-        }
-        let clock = self.clock();
-        if clock.wrapping_sub(self.cooled_at) >= COOL_POLLS {
-            self.cooled_at = clock;
-            self.cool();
         }
     }
 
@@ -218,13 +230,13 @@ impl Inbound {
     }
 
     /// The local ranks of the hot rings, in the order they are read.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(super) fn hot_ranks(&self) -> Vec<usize> {
         self.rings[..self.n_hot].iter().map(|r| r.from).collect()
     }
 
     /// The consumer of the ring from local rank `from`.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(super) fn consumer(&mut self, from: usize) -> &mut Consumer<Raw> {
         &mut self
             .rings
@@ -275,7 +287,7 @@ pub(crate) struct RingWatch {
     /// counts, which only moves the next look at every ring).
     looks: AtomicU32,
     /// A look at every ring found a packet in a cold one: the next poll
-    /// sweeps.
+    /// sweeps (and clears this first).
     sweep_asked: AtomicBool,
     _seg: Arc<Segment>,
 }
@@ -332,23 +344,23 @@ impl RingWatch {
     }
 
     /// Every ring; a packet found in a cold one asks the next poll to
-    /// sweep.
+    /// sweep (looked for past packets in hot rings, which do not).
     #[cold]
     fn any_ready_at_all(&self) -> bool {
-        let Some(r) = self
-            .rings
-            .iter()
-            .position(|r| r.get().is_some_and(ring::looks_ready))
-        else {
-            return false;
-        };
-        if !self.is_hot(r) {
-            self.sweep_asked.store(true, Ordering::Relaxed);
+        let mut ready = false;
+        for (r, ring) in self.rings.iter().enumerate() {
+            if ring.get().is_some_and(ring::looks_ready) {
+                ready = true;
+                if !self.is_hot(r) {
+                    self.sweep_asked.store(true, Ordering::Relaxed);
+                    break;
+                }
+            }
         }
-        true
+        ready
     }
 
-    fn is_hot(&self, r: usize) -> bool {
+    pub(super) fn is_hot(&self, r: usize) -> bool {
         self.hot[r / 64].load(Ordering::Relaxed) & 1 << (r % 64) != 0
     }
 
@@ -362,6 +374,6 @@ impl RingWatch {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 #[path = "inbound_tests.rs"]
 mod tests;

@@ -21,6 +21,12 @@ fn name(r: usize) -> u64 {
 /// The ranks of a job of [`RANKS`]; rank 0 has inserted every other rank,
 /// and each of them rank 0. A core for rank 0 that knows them all.
 fn job(tag: u32) -> (Vec<ShmRail>, Core) {
+    job_inserted(tag, RANKS)
+}
+
+/// [`job`] where only ranks below `inserted` and rank 0 have inserted
+/// each other.
+fn job_inserted(tag: u32, inserted: usize) -> (Vec<ShmRail>, Core) {
     let jobid = tag << 24 | std::process::id() & 0xff_ffff;
     let s = config::validate(&config::test_params()).unwrap();
     let mut rails: Vec<ShmRail> = (0..RANKS)
@@ -36,11 +42,8 @@ fn job(tag: u32) -> (Vec<ShmRail>, Core) {
             .unwrap()
         })
         .collect();
-    let n0 = rails[0].name();
-    for r in 1..RANKS {
-        let nr = rails[r].name();
-        rails[0].insert(&nr, name(r)).unwrap();
-        rails[r].insert(&n0, name(0)).unwrap();
+    for r in 1..inserted {
+        insert_pair(&mut rails, r);
     }
     let cfg = CoreConfig {
         my_name: name(0),
@@ -59,6 +62,13 @@ fn job(tag: u32) -> (Vec<ShmRail>, Core) {
         core.add_peer(name(r), RailId(0), FiAddr(r as u64), 8192);
     }
     (rails, core)
+}
+
+/// Rank 0 and rank `r` insert each other.
+fn insert_pair(rails: &mut [ShmRail], r: usize) {
+    let (n0, nr) = (rails[0].name(), rails[r].name());
+    rails[0].insert(&nr, name(r)).unwrap();
+    rails[r].insert(&n0, name(0)).unwrap();
 }
 
 /// Sends rank 0 a short message, the `seq`-th from this rank.
@@ -128,8 +138,7 @@ fn quiet_rings_turn_cold_and_a_cold_rings_packet_is_read_within_a_sweep() {
     for (k, from) in (3..RANKS).enumerate() {
         idle(&mut rails, &mut core, &mut out, k as u32 % every);
         send(&mut rails[from], 0);
-        let took = polls_to_read(&mut rails, &mut core, &mut out, every);
-        assert!(took <= every, "{took} polls");
+        polls_to_read(&mut rails, &mut core, &mut out, every);
         send(&mut rails[from], 1);
         assert_eq!(
             polls_to_read(&mut rails, &mut core, &mut out, 1),
@@ -140,6 +149,7 @@ fn quiet_rings_turn_cold_and_a_cold_rings_packet_is_read_within_a_sweep() {
     let mut hot = rails[0].inbound.hot_ranks();
     hot.sort_unstable();
     assert_eq!(hot, [2, 3, 4, 5, 6, 7]);
+    assert_bitmap_is_hot_set(&rails[0]);
     assert_eq!(Stats::get(&core.stats().errors), 0);
     assert_eq!(
         Stats::get(&core.stats().unexpected),
@@ -216,4 +226,96 @@ fn rings_cool_while_a_rank_only_looks_and_is_polled_one_time_in_64() {
     let every = sweep_every(RANKS);
     assert!((1..=every).any(|_| watch.any_ready::<true>()));
     assert_eq!(rails[0].poll(RailId(0), &mut core, &mut out), 1);
+}
+
+/// The watch's bitmap names exactly the hot rings.
+fn assert_bitmap_is_hot_set(rail: &ShmRail) {
+    let hot = rail.inbound.hot_ranks();
+    let watch = rail.watch();
+    for r in 0..RANKS {
+        assert_eq!(watch.is_hot(r), hot.contains(&r), "rank {r}'s bit");
+    }
+}
+
+/// Polls rank 0 idly until its next poll is a sweep that also cools.
+fn until_next_poll_cools(rails: &mut [ShmRail], core: &mut Core, out: &mut Out) {
+    let mask = sweep_every(RANKS) - 1;
+    loop {
+        let i = &rails[0].inbound;
+        let next = i.polls.wrapping_add(1);
+        let since = i.clock().wrapping_add(1).wrapping_sub(i.cooled_at);
+        if next & mask == 0 && since >= COOL_POLLS {
+            return;
+        }
+        idle(rails, core, out, 1);
+    }
+}
+
+#[test]
+fn a_cold_ring_is_not_read_between_sweeps() {
+    let (mut rails, mut core) = job(0xc5);
+    let mut out = Out::new();
+    let every = sweep_every(RANKS);
+    idle(&mut rails, &mut core, &mut out, 2 * COOL_POLLS + every);
+    assert!(rails[0].inbound.hot_ranks().is_empty());
+    assert_bitmap_is_hot_set(&rails[0]);
+    // Right after a sweep, a packet in a cold ring waits for the next.
+    while rails[0].inbound.polls & (every - 1) != 0 {
+        idle(&mut rails, &mut core, &mut out, 1);
+    }
+    send(&mut rails[6], 0);
+    for _ in 1..every {
+        assert_eq!(
+            rails[0].poll(RailId(0), &mut core, &mut out),
+            0,
+            "a poll between sweeps leaves the cold ring alone"
+        );
+    }
+    assert_eq!(
+        rails[0].poll(RailId(0), &mut core, &mut out),
+        1,
+        "the sweep"
+    );
+    assert_eq!(rails[0].inbound.hot_ranks(), [6]);
+    assert_bitmap_is_hot_set(&rails[0]);
+}
+
+#[test]
+fn a_ring_that_turns_hot_in_a_cooling_sweep_stays_hot() {
+    let (mut rails, mut core) = job(0xc6);
+    let mut out = Out::new();
+    idle(&mut rails, &mut core, &mut out, 2 * COOL_POLLS + 16);
+    assert!(rails[0].inbound.hot_ranks().is_empty());
+    until_next_poll_cools(&mut rails, &mut core, &mut out);
+    send(&mut rails[3], 0);
+    assert_eq!(rails[0].poll(RailId(0), &mut core, &mut out), 1);
+    assert_eq!(
+        rails[0].inbound.hot_ranks(),
+        [3],
+        "turned hot after the cooling, not cooled with the others"
+    );
+    // It stays hot through the next cooling if it keeps delivering.
+    for seq in 1..=COOL_POLLS + 16 {
+        send(&mut rails[3], seq);
+        assert_eq!(rails[0].poll(RailId(0), &mut core, &mut out), 1);
+    }
+    assert_eq!(rails[0].inbound.hot_ranks(), [3]);
+}
+
+#[test]
+fn a_peer_inserted_while_the_others_are_cold_starts_hot() {
+    let (mut rails, mut core) = job_inserted(0xc7, RANKS - 1);
+    let mut out = Out::new();
+    idle(&mut rails, &mut core, &mut out, 2 * COOL_POLLS + 16);
+    assert!(rails[0].inbound.hot_ranks().is_empty());
+    let last = RANKS - 1;
+    insert_pair(&mut rails, last);
+    assert_eq!(rails[0].inbound.hot_ranks(), [last]);
+    assert_bitmap_is_hot_set(&rails[0]);
+    send(&mut rails[last], 0);
+    assert_eq!(
+        rails[0].poll(RailId(0), &mut core, &mut out),
+        1,
+        "read on the first poll"
+    );
 }

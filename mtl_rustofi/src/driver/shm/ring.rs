@@ -311,7 +311,7 @@ impl<C: Cells> Consumer<C> {
         Ok(true)
     }
 
-    /// Cells read so far (skips included): moves whenever a packet is
+    /// Cells read so far: moves whenever a packet or a skip word is
     /// read.
     #[inline]
     pub(crate) fn position(&self) -> u64 {
