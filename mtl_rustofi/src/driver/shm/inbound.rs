@@ -1,10 +1,10 @@
 //! The rings a rank reads, and which of them a poll reads.
 //!
-//! Looking at a ring costs a cache line and about ten instructions, and a
-//! rank has one ring from every local rank, itself included: a poll that
-//! looked at all of them cost about 11 instructions per local rank, found
-//! packets or not (some 700 for an empty poll among 64 ranks), while most
-//! peers send nothing most of the time. So with many local ranks a poll
+//! Looking at a ring costs a cache line and some instructions, and a rank
+//! has one ring from every local rank, itself included: a poll that looked
+//! at all of them cost about 16 instructions per local rank, found packets
+//! or not (an empty poll among 64 ranks about 1,060), while most peers send
+//! nothing most of the time. So with many local ranks a poll
 //! reads the *hot* rings, those that delivered a packet lately, and one
 //! poll in `sweep_every` reads them all (a sweep). A ring that delivers a
 //! packet in a sweep becomes hot at once. Every [`COOL_POLLS`] polls (at
@@ -64,9 +64,10 @@ struct InRing {
     /// Its process name: the sender of the ring's short packets.
     name: u64,
     c: Consumer<Raw>,
-    /// The consumer's position when the ring last turned hot or cold or
-    /// was cooled: a ring that moved past it has delivered since (kept
-    /// so, rather than marked at each read, to leave the read as it is).
+    /// The consumer's position when the ring was last checked (a hot one
+    /// at each cooling, a cold one after each sweep): a ring that moved
+    /// past it has delivered since (kept so, rather than marked at each
+    /// read, to leave the read as it is).
     seen: u64,
 }
 
