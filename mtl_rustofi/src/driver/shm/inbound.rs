@@ -191,11 +191,11 @@ impl Inbound {
     #[inline(never)]
     fn after_sweep(&mut self) {
         self.sweeping = false;
-        let since = self.clock().wrapping_sub(self.cooled_at);
+        let clock = self.clock();
         // Above half the range: the count of looks, a hint that racing
         // threads may set back, went back; wait for it.
-        if (COOL_POLLS..1 << 31).contains(&since) {
-            self.cooled_at = self.clock();
+        if (COOL_POLLS..1 << 31).contains(&clock.wrapping_sub(self.cooled_at)) {
+            self.cooled_at = clock;
             self.cool();
         }
         for i in self.n_hot..self.rings.len() {
