@@ -261,11 +261,12 @@ fn read_ring(r: &mut InRing, rail: RailId, core: &mut Core, out: &mut Out) -> us
             Ok(false) => break,
             Err(m) => {
                 let why = format!(
-                    "dropped a malformed packet from local rank {}: the ring's cell {} claims {} \
-                     bytes; nothing more is read from that ring",
-                    r.from, m.cell, m.len
+                    "dropped a malformed packet from local rank {}: {m}; nothing more is read \
+                     from that ring",
+                    r.from
                 );
                 core.on_rx_error(rail, RxSlot(0), false, &why, &[], out);
+                r.c.close();
                 return n + 1;
             }
         }

@@ -181,8 +181,12 @@ struct Peer {
     tx: Producer<Raw>,
     /// Full-ring refusals since the peer's liveness was last checked.
     full: u32,
-    /// Its process was found gone: every later packet fails at once.
-    gone: bool,
+    /// Its local rank, for messages.
+    rank: usize,
+    /// Why every later packet to it fails at once (an errno): its process
+    /// was found gone (`EPIPE`), or its ring's memory overwritten
+    /// (`EPROTO`).
+    closed: Option<i32>,
     /// The rings to and from it are mapped in (see [`Segment::prime`]):
     /// done once [`PRIME_AFTER`] cells have been written to it, not when
     /// it is inserted, so that only the pairs that talk a lot take a
@@ -194,23 +198,64 @@ struct Peer {
 impl Peer {
     /// What became of a packet pushed into its ring.
     #[inline]
-    fn pushed(&mut self, r: Result<(), ring::Full>) -> Result<(), PostError> {
-        match r {
-            Ok(()) => {
-                self.full = 0;
-                Ok(())
-            }
-            Err(ring::Full) => {
+    fn pushed(&mut self, r: Result<(), ring::Refused>) -> Result<(), PostError> {
+        if let Err(e) = r {
+            return Err(self.refused(e));
+        }
+        self.full = 0;
+        Ok(())
+    }
+
+    /// A packet the ring refused. Out of line, so that the send that
+    /// gets through carries none of it.
+    #[cold]
+    #[inline(never)]
+    fn refused(&mut self, e: ring::Refused) -> PostError {
+        match e {
+            ring::Refused::Full => {
                 // A full ring is normal back-pressure, but a reader that
                 // died never empties it: look (a system call) now and then.
                 self.full += 1;
                 if self.full.is_multiple_of(4096) && self.pid_here && cma::gone(self.pid) {
-                    self.gone = true;
-                    return Err(PostError::Hard(-libc::EPIPE));
+                    return self.close(libc::EPIPE);
                 }
-                Err(PostError::Again)
+                PostError::Again
             }
+            ring::Refused::Closed => self.refused_by_reader(),
+            ring::Refused::BadTail => self.overwritten(),
         }
+    }
+
+    /// Fails this packet and every later one with `errno`.
+    fn close(&mut self, errno: i32) -> PostError {
+        self.closed = Some(errno);
+        PostError::Hard(-errno)
+    }
+
+    /// The reader found a malformed packet in the ring and reads it no
+    /// more: says so, and closes the peer (`EPROTO`), so that the sends
+    /// waiting for room fail instead of waiting for ever.
+    fn refused_by_reader(&mut self) -> PostError {
+        crate::log::error(&format!(
+            "local rank {} found a malformed packet in the ring from this rank and reads it \
+             no more (its own message says where); every later send to that rank fails",
+            self.rank
+        ));
+        self.close(libc::EPROTO)
+    }
+
+    /// The ring's read position holds a value its reader cannot have
+    /// published: says so, and closes the peer (`EPROTO`).
+    fn overwritten(&mut self) -> PostError {
+        crate::log::error(&format!(
+            "the ring to local rank {} says {} cells were read of the {} written: no reader \
+             publishes that, so the shared-memory segment was overwritten; every later send \
+             to that rank fails",
+            self.rank,
+            self.tx.published_tail(),
+            self.tx.written()
+        ));
+        self.close(libc::EPROTO)
     }
 }
 
@@ -428,7 +473,8 @@ impl ShmRail {
             readable,
             tx: Producer::new(self.seg.ring(self.job.rank, r)),
             full: 0,
-            gone: false,
+            rank: r,
+            closed: None,
             primed: false,
         });
         self.inbound
@@ -474,8 +520,8 @@ impl ShmRail {
         let Some(p) = self.peers.get_mut(dest.0 as usize).and_then(Option::as_mut) else {
             return Err(PostError::Hard(-libc::EINVAL));
         };
-        if p.gone {
-            return Err(PostError::Hard(-libc::EPIPE));
+        if let Some(errno) = p.closed {
+            return Err(PostError::Hard(-errno));
         }
         if !p.primed && p.tx.written() >= PRIME_AFTER {
             p.primed = true;

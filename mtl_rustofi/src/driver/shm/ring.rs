@@ -87,9 +87,28 @@ fn cell_of(pos: u64, count: usize) -> usize {
     (pos & (count as u64 - 1)) as usize
 }
 
-/// The ring is full: try again after the consumer has made room.
+/// The `tail` a consumer publishes once it has refused its ring (a
+/// malformed word): a position no producer reaches, so that the
+/// producer's next look at `tail` ends its sends instead of leaving them
+/// to wait for room for ever, and one whose cell's word never carries its
+/// stamp, so that the ring no longer looks ready to anyone.
+const CLOSED: u64 = u64::MAX;
+
+/// Why the ring took no packet.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Full;
+pub(crate) enum Refused {
+    /// The ring is full: try again after the consumer has made room.
+    Full,
+    /// The consumer met a malformed word in this ring and reads it no
+    /// more ([`CLOSED`]).
+    Closed,
+    /// The consumer's published position is one it cannot have reached:
+    /// behind where it was last seen, or past what was written
+    /// ([`Producer::published_tail`] tells it). The ring's memory was
+    /// overwritten by something other than its two sides; trusting it
+    /// would write over packets not yet read.
+    BadTail,
+}
 
 /// The ring holds a header word no producer following this protocol
 /// writes (its length cannot be a packet of this ring).
@@ -97,6 +116,20 @@ pub(crate) struct Full;
 pub(crate) struct Malformed {
     pub(crate) len: u32,
     pub(crate) cell: usize,
+}
+
+impl std::fmt::Display for Malformed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.len == SKIP {
+            write!(
+                f,
+                "the ring's cell {} holds a skip to the ring's end where no packet needs one",
+                self.cell
+            )
+        } else {
+            write!(f, "the ring's cell {} claims {} bytes", self.cell, self.len)
+        }
+    }
 }
 
 /// Largest packet a ring of `count` cells carries: half of it, so that a
@@ -135,7 +168,7 @@ impl<C: Cells> Producer<C> {
     /// all, the caller's limit). Never overwrites unread cells: a full
     /// ring refuses the packet.
     #[inline]
-    pub(crate) fn push(&mut self, parts: &[&[u8]]) -> Result<(), Full> {
+    pub(crate) fn push(&mut self, parts: &[&[u8]]) -> Result<(), Refused> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let count = self.mem.count();
         debug_assert!(len > 0 && len <= max_packet(count));
@@ -144,10 +177,7 @@ impl<C: Cells> Producer<C> {
         let pad = if n > count - at { count - at } else { 0 };
         let need = (pad + n) as u64;
         if count as u64 - (self.head - self.tail_seen) < need {
-            self.tail_seen = self.mem.tail().load(Ordering::Acquire);
-            if count as u64 - (self.head - self.tail_seen) < need {
-                return Err(Full);
-            }
+            self.room_after_reload(need)?;
         }
         if pad > 0 {
             self.mem
@@ -179,14 +209,11 @@ impl<C: Cells> Producer<C> {
         &mut self,
         len: usize,
         fill: impl FnOnce(&mut [u8; CELL - WORD]),
-    ) -> Result<(), Full> {
+    ) -> Result<(), Refused> {
         let count = self.mem.count();
         debug_assert!(len > 0 && len <= CELL - WORD && len <= max_packet(count));
         if self.head - self.tail_seen >= count as u64 {
-            self.tail_seen = self.mem.tail().load(Ordering::Acquire);
-            if self.head - self.tail_seen >= count as u64 {
-                return Err(Full);
-            }
+            self.room_after_reload(1)?;
         }
         let at = cell_of(self.head, count);
         // SAFETY: the cell at `head` lies below tail + count, so the
@@ -198,6 +225,35 @@ impl<C: Cells> Producer<C> {
             .store(stamp(self.head, len as u32), Ordering::Release);
         self.head += 1;
         Ok(())
+    }
+
+    /// Whether `need` cells are free by a new view of the consumer's
+    /// published position (acquire: the cells it released are ours
+    /// again). Only a value from `tail_seen` to `head` is one the consumer
+    /// can have published, or [`CLOSED`]; any other is refused, and
+    /// `tail_seen` keeps its last true value, so that no later call trusts
+    /// it either. (Positions count cells in 64 bits: they never wrap.)
+    /// Out of line: a send reaches it once in a ring's worth of cells.
+    #[cold]
+    #[inline(never)]
+    fn room_after_reload(&mut self, need: u64) -> Result<(), Refused> {
+        let tail = self.mem.tail().load(Ordering::Acquire);
+        if tail == CLOSED {
+            return Err(Refused::Closed);
+        }
+        if tail < self.tail_seen || tail > self.head {
+            return Err(Refused::BadTail);
+        }
+        self.tail_seen = tail;
+        if (self.mem.count() as u64) - (self.head - tail) < need {
+            return Err(Refused::Full);
+        }
+        Ok(())
+    }
+
+    /// The consumer's published position as it stands (for a message).
+    pub(crate) fn published_tail(&self) -> u64 {
+        self.mem.tail().load(Ordering::Relaxed)
     }
 
     /// Asks for the lines of `n` cells after the lines the next packet of
@@ -279,6 +335,17 @@ impl<C: Cells> Consumer<C> {
             return Ok(false);
         }
         if w as u32 == SKIP {
+            // A producer writes a skip only where the packet after it does
+            // not fit before the ring's end, so fewer than a largest
+            // packet's cells before it; a skip nearer the start is not one
+            // it wrote (and would put this side a lap ahead of it).
+            if count - at >= cells(self.max_len) {
+                self.broken = true;
+                return Err(Malformed {
+                    len: SKIP,
+                    cell: at,
+                });
+            }
             self.mem.word(at).store(0, Ordering::Relaxed);
             self.tail += (count - at) as u64;
             at = 0;
@@ -309,6 +376,18 @@ impl<C: Cells> Consumer<C> {
         self.tail += n as u64;
         self.mem.tail().store(self.tail, Ordering::Release);
         Ok(true)
+    }
+
+    /// Gives the ring up after [`Consumer::pop`] refused a malformed word
+    /// (it reads nothing more from then on): publishes [`CLOSED`], so
+    /// that the producer's sends fail instead of waiting for room, and a
+    /// look without the token ([`looks_ready`]) no longer finds the word
+    /// ready at every poll. Apart from `pop`, so that the read of every
+    /// packet carries none of it.
+    #[cold]
+    pub(crate) fn close(&mut self) {
+        debug_assert!(self.broken, "only a refused ring is closed");
+        self.mem.tail().store(CLOSED, Ordering::Release);
     }
 
     /// Cells read so far: moves whenever a packet or a skip word is
@@ -612,7 +691,7 @@ mod tests {
             sent += 1;
         }
         assert_eq!(sent, 8, "16 cells hold eight 2-cell packets");
-        assert_eq!(p.push(&[&[9; 1]]), Err(Full), "still full");
+        assert_eq!(p.push(&[&[9; 1]]), Err(Refused::Full), "still full");
         // Every packet is still intact, in order; then there is room again.
         for i in 0..sent {
             assert_eq!(pop_vec(&mut c), Some(vec![i; LEN]));
@@ -635,11 +714,93 @@ mod tests {
             Err(Malformed { len: 4096, cell: 1 })
         );
         assert_eq!(c.pop(|_| panic!("must not be read")), Ok(false));
+        // Given up, it no longer looks ready to a look without the token,
+        // and the producer's sends fail once it looks for room.
+        c.close();
+        assert!(!looks_ready(c.mem()), "the refused ring still looks ready");
+        let mut last = Ok(());
+        for i in 0..16 {
+            last = p.push_cell(1, |b| b[0] = i);
+            if last.is_err() {
+                break;
+            }
+        }
+        assert_eq!(last, Err(Refused::Closed), "sends into a refused ring end");
         // A stale or foreign stamp is not taken for a packet.
         let (_p, mut c) = ring(16);
         c.mem().poke(0, 7 << 32 | 10);
         assert_eq!(c.pop(|_| panic!("not ours")), Ok(false));
         let _ = p.mem();
+    }
+
+    #[test]
+    fn a_skip_where_no_packet_needs_one_is_refused() {
+        // 16 cells: the largest packet takes 8, so a skip is written only
+        // in the last 7 cells (one at cell 9 leaves 7, too few for it).
+        for (at, taken) in [(0, false), (8, false), (9, true), (15, true)] {
+            let (mut p, mut c) = ring(16);
+            for i in 0..at {
+                p.push_cell(1, |b| b[0] = i as u8).unwrap();
+                assert_eq!(pop_vec(&mut c), Some(vec![i as u8]));
+            }
+            c.mem().poke(at, stamp(at as u64, SKIP));
+            if taken {
+                assert_eq!(c.pop(|_| panic!("nothing after the skip")), Ok(false));
+                assert_eq!(c.position(), 16, "a skip at cell {at} is followed");
+            } else {
+                let m = c.pop(|_| panic!("must not be read")).unwrap_err();
+                assert_eq!(
+                    m,
+                    Malformed {
+                        len: SKIP,
+                        cell: at
+                    }
+                );
+                assert!(m.to_string().contains("skip"), "{m}");
+                assert_eq!(c.position(), at as u64, "a refused skip moves nothing");
+                assert_eq!(c.pop(|_| panic!("must not be read")), Ok(false));
+            }
+        }
+    }
+
+    #[test]
+    fn a_read_position_no_reader_publishes_is_refused_and_nothing_is_overwritten() {
+        // One ahead of what was written, and one set back after a lap,
+        // for both ways of writing a packet.
+        for one_cell in [false, true] {
+            for back in [false, true] {
+                let (mut p, mut c) = ring(16);
+                let send = |p: &mut Producer<_>, v: u8| {
+                    if one_cell {
+                        p.push_cell(20, |b| b[..20].fill(v))
+                    } else {
+                        p.push(&[&[v; 20]])
+                    }
+                };
+                if back {
+                    for i in 0..16 {
+                        send(&mut p, i).unwrap();
+                        assert_eq!(pop_vec(&mut c), Some(vec![i; 20]));
+                    }
+                }
+                let mut sent = 0u8;
+                while send(&mut p, 100 + sent).is_ok() {
+                    sent += 1;
+                }
+                assert_eq!(sent, 16);
+                let bad = if back { 0 } else { 0xdead_beef_0000_0000 };
+                p.mem().tail().store(bad, Ordering::Release);
+                let head = p.written();
+                assert_eq!(send(&mut p, 99), Err(Refused::BadTail));
+                assert_eq!(p.published_tail(), bad);
+                assert_eq!(p.written(), head, "nothing written");
+                // Whatever the reader published, the unread packets stand.
+                p.mem().tail().store(c.position(), Ordering::Release);
+                for i in 0..sent {
+                    assert_eq!(pop_vec(&mut c), Some(vec![100 + i; 20]));
+                }
+            }
+        }
     }
 
     #[test]
@@ -649,7 +810,7 @@ mod tests {
         let a = vec![1u8; 7 * CELL - 8];
         p.push(&[&a]).unwrap();
         p.push(&[&a]).unwrap();
-        assert_eq!(p.push(&[&[3; 200]]), Err(Full));
+        assert_eq!(p.push(&[&[3; 200]]), Err(Refused::Full));
         assert_eq!(pop_vec(&mut c), Some(a.clone()));
         p.push(&[&[3; 200]]).unwrap();
         assert_eq!(pop_vec(&mut c), Some(a));
@@ -680,7 +841,7 @@ mod tests {
         }
         assert_eq!(
             p.push_cell(1, |_| panic!("a full ring is not written")),
-            Err(Full)
+            Err(Refused::Full)
         );
         for i in 0..16u8 {
             assert_eq!(pop_vec(&mut c), Some(vec![i; CELL - WORD]));

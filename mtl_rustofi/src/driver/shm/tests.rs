@@ -174,7 +174,7 @@ fn a_pid_of_another_pid_namespace_is_neither_asked_about_nor_read_from() {
         }
     }
     // The same peer published from this namespace is checked, and read.
-    let (mut c, d) = pair(0xa9);
+    let (mut c, d) = pair(0xaa);
     let q = c.peers[1].as_ref().unwrap();
     assert!(q.pid_here && q.readable);
     let pid = Addr::decode(&d.name()).unwrap().pid;
@@ -195,10 +195,76 @@ fn an_impossible_length_in_the_ring_is_refused_with_a_message() {
         .store(1 << 30, std::sync::atomic::Ordering::Release);
     assert_eq!(b.poll(RailId(0), &mut c, &mut out), 1);
     assert_eq!(Stats::get(&c.stats().errors), 1, "refused and counted");
-    // Nothing more is read from that ring, whatever follows.
+    // Nothing more is read from that ring, whatever follows, and it no
+    // longer looks ready to the polls that take no token.
     let pkt = [1u8; 100];
     a.send(FiAddr(1), region(&pkt), None).unwrap();
     assert_eq!(b.poll(RailId(0), &mut c, &mut out), 0);
+    assert!(
+        !b.watch().any_ready::<false>(),
+        "the refused ring looks ready"
+    );
+    // The writer's sends end once it looks for room, instead of waiting
+    // for a reader that will never make any; and every later one fails.
+    let err = loop {
+        match a.send(FiAddr(1), region(&pkt), None) {
+            Ok(()) => {}
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err, PostError::Hard(-libc::EPROTO));
+    assert_eq!(
+        a.send(FiAddr(1), region(&[2u8; 8]), None),
+        Err(PostError::Hard(-libc::EPROTO))
+    );
+}
+
+#[test]
+fn a_read_position_no_reader_publishes_fails_the_send_and_overwrites_nothing() {
+    let (mut a, mut b) = pair(0xab);
+    let mut c = core(&b, PROC_A);
+    let mut out = Out::new();
+    // Fill the ring, then make its read position claim more was read
+    // than was ever written.
+    let mut sent = 0;
+    let err = loop {
+        match a.send(FiAddr(1), region(&short_packet(sent, 5, &[3u8; 8])), None) {
+            Ok(()) => sent += 1,
+            Err(e) => break e,
+        }
+    };
+    let pkt = short_packet(sent, 5, &[3u8; 8]);
+    assert_eq!(err, PostError::Again, "full first");
+    a.seg
+        .ring(0, 1)
+        .tail()
+        .store(u64::MAX / 2, std::sync::atomic::Ordering::Release);
+    assert_eq!(
+        a.send(FiAddr(1), region(&pkt), None),
+        Err(PostError::Hard(-libc::EPROTO)),
+        "refused, not written over unread packets"
+    );
+    assert_eq!(
+        a.send(FiAddr(1), region(&pkt), None),
+        Err(PostError::Hard(-libc::EPROTO)),
+        "and every later send too"
+    );
+    // Every packet written is still there to read (as unexpected
+    // messages: the core has no receive posted).
+    let mut read = 0;
+    loop {
+        let n = b.poll(RailId(0), &mut c, &mut out);
+        if n == 0 {
+            break;
+        }
+        read += n;
+    }
+    assert_eq!(read, sent as usize);
+    assert_eq!(
+        Stats::get(&c.stats().errors),
+        0,
+        "all well formed and in order"
+    );
 }
 
 /// A short packet (the ring's format for small eager messages) of
@@ -243,7 +309,7 @@ fn received(out: &mut Out) -> Vec<(i32, usize)> {
 
 #[test]
 fn a_packet_too_short_for_any_format_is_refused_and_the_ring_read_on() {
-    let (mut a, mut b) = pair(0xa8);
+    let (mut a, mut b) = pair(0xac);
     let mut c = core(&b, PROC_A);
     let mut out = Out::new();
     let mut bufs = [[0u8; 8]; 1];
@@ -408,7 +474,7 @@ fn only_a_pair_that_talks_a_lot_takes_whole_rings() {
 #[test]
 fn an_address_of_another_job_or_host_is_not_served() {
     let (mut a, b) = pair(0xa5);
-    let (_c, d) = pair(0xa6);
+    let (_c, d) = pair(0xad);
     assert!(!a.reaches(&d.name()));
     assert!(a.insert(&d.name(), PROC_B).is_err());
     // The same job's rank on another host that shares /dev/shm (a
