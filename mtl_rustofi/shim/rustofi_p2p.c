@@ -266,9 +266,9 @@ _Static_assert(OMPI_SUCCESS == 0 && OMPI_ERROR == -1, "rustofi_irecv answers 0 o
  * heterogeneous peer, device memory), which a failed post releases. Out
  * of line, so that the common post saves no registers for it. */
 static __attribute__((noinline)) int irecv_bounced(struct ompi_communicator_t *comm, int src,
-                                                   int tag, RustofiReqHead *head)
+                                                   size_t peer, int tag, RustofiReqHead *head)
 {
-    if (0 != rustofi_irecv(recv_cid(comm), src, source_peer(comm, src), tag, head)) {
+    if (0 != rustofi_irecv(recv_cid(comm), src, peer, tag, head)) {
         release_recv(head);
         return OMPI_ERROR;
     }
@@ -280,6 +280,12 @@ int rustofi_mtl_irecv(struct mca_mtl_base_module_t *mtl, struct ompi_communicato
                              mca_mtl_request_t *mtl_request)
 {
     RustofiReqHead *head = (RustofiReqHead *) mtl_request;
+    /* The source first: one that cannot be reached fails the receive
+     * before a bounce buffer is made for it. */
+    size_t peer = source_peer(comm, src);
+    if (source_unreachable(src, peer)) {
+        return OMPI_ERR_UNREACH;
+    }
     int ret = prepare_recv(convertor, head);
     if (OPAL_UNLIKELY(OMPI_SUCCESS != ret)) {
         return ret;
@@ -287,9 +293,9 @@ int rustofi_mtl_irecv(struct mca_mtl_base_module_t *mtl, struct ompi_communicato
     if (OPAL_LIKELY(!head->free_after)) {
         /* Into the user's buffer: nothing to release if the post fails,
          * so its answer is ours, by a tail call. */
-        return rustofi_irecv(recv_cid(comm), src, source_peer(comm, src), tag, head);
+        return rustofi_irecv(recv_cid(comm), src, peer, tag, head);
     }
-    return irecv_bounced(comm, src, tag, head);
+    return irecv_bounced(comm, src, peer, tag, head);
 }
 
 static void fill_status(ompi_status_public_t *status, const RustofiStatus *st)
@@ -306,7 +312,11 @@ int rustofi_mtl_iprobe(struct mca_mtl_base_module_t *mtl, struct ompi_communicat
                               int src, int tag, int *flag, struct ompi_status_public_t *status)
 {
     RustofiStatus st;
-    if (0 != rustofi_iprobe(recv_cid(comm), src, source_peer(comm, src), tag, flag, &st)) {
+    size_t peer = source_peer(comm, src);
+    if (source_unreachable(src, peer)) {
+        return OMPI_ERR_UNREACH;
+    }
+    if (0 != rustofi_iprobe(recv_cid(comm), src, peer, tag, flag, &st)) {
         return OMPI_ERROR;
     }
     if (*flag) {
@@ -322,8 +332,11 @@ int rustofi_mtl_improbe(struct mca_mtl_base_module_t *mtl,
 {
     RustofiStatus st;
     void *handle = NULL;
-    if (0 != rustofi_improbe(recv_cid(comm), src, source_peer(comm, src), tag, matched, &st,
-                             &handle)) {
+    size_t peer = source_peer(comm, src);
+    if (source_unreachable(src, peer)) {
+        return OMPI_ERR_UNREACH;
+    }
+    if (0 != rustofi_improbe(recv_cid(comm), src, peer, tag, matched, &st, &handle)) {
         return OMPI_ERROR;
     }
     if (!*matched) {

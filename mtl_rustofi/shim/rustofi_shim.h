@@ -133,11 +133,19 @@ static inline __attribute__((always_inline)) size_t peer_of(struct ompi_communic
 }
 
 /* The peer handle of a receive's or probe's source (0: MPI_ANY_SOURCE):
- * a receive from a peer that is given up fails instead of waiting. */
+ * a receive from a peer that is given up fails instead of waiting. A
+ * source that cannot be added (no rail reaches it) is 0 too: the callers
+ * refuse it (source_unreachable) rather than wait on any source. */
 static inline __attribute__((always_inline)) size_t source_peer(struct ompi_communicator_t *comm,
                                                                 int src)
 {
     return MPI_ANY_SOURCE == src ? 0 : peer_of(comm, src);
+}
+
+/* Whether source_peer's answer names a source that cannot be reached. */
+static inline __attribute__((always_inline)) bool source_unreachable(int src, size_t peer)
+{
+    return OPAL_UNLIKELY(0 == peer && MPI_ANY_SOURCE != src);
 }
 
 

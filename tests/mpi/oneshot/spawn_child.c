@@ -7,16 +7,56 @@
  * disconnect at once: Open MPI 4.1's MPI_Comm_disconnect waits in a PMIx
  * fence that drives no MPI progress, so the parent's MPI_Send must have
  * handed its message to the provider before returning (a first send to a
- * new peer over tcp;ofi_rxm meets rxm's connection set-up). */
+ * new peer over tcp;ofi_rxm meets rxm's connection set-up).
+ *
+ * With the argument "reply" (tests/spawn_unreachable.sh) both sides use
+ * MPI_ERRORS_RETURN on the intercommunicator, the child answers, and each
+ * side prints the return code of each call instead of stopping at the
+ * first error: "PARENT send rc=", "PARENT recv rc=", "CHILD recv rc=",
+ * "CHILD send rc=". A peer no rail reaches must fail each call, not
+ * leave a receive from it waiting. */
 #include <mpi.h>
 #include <stdio.h>
+#include <string.h>
+
+/* The "reply" exchange on `comm` (the intercommunicator to the other
+ * side), as `who` (PARENT or CHILD): the parent sends, then receives. */
+static void reply(MPI_Comm comm, const char *who, int parent_side)
+{
+    int x = 42, rc;
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    for (int step = 0; step < 2; step++) {
+        if ((step == 0) == parent_side) {
+            rc = MPI_Send(&x, 1, MPI_INT, 0, step, comm);
+            printf("%s send rc=%d\n", who, rc);
+        } else {
+            rc = MPI_Recv(&x, 1, MPI_INT, 0, step, comm, MPI_STATUS_IGNORE);
+            printf("%s recv rc=%d\n", who, rc);
+        }
+        fflush(stdout);
+    }
+}
 
 int main(int argc, char **argv)
 {
     MPI_Comm parent, inter;
     MPI_Init(&argc, &argv);
     MPI_Comm_get_parent(&parent);
-    if (parent == MPI_COMM_NULL) {
+    int replying = argc > 1 && 0 == strcmp(argv[1], "reply");
+    if (parent == MPI_COMM_NULL && replying) {
+        int err = 0;
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        char *args[] = {"reply", NULL};
+        int rc = MPI_Comm_spawn(argv[0], args, 1, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter,
+                                &err);
+        printf("SPAWN rc=%d\n", rc);
+        fflush(stdout);
+        if (rc == MPI_SUCCESS) {
+            reply(inter, "PARENT", 1);
+        }
+    } else if (replying) {
+        reply(parent, "CHILD", 0);
+    } else if (parent == MPI_COMM_NULL) {
         int err = 0;
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
         int rc = MPI_Comm_spawn(argv[0], MPI_ARGV_NULL, 1, MPI_INFO_NULL, 0, MPI_COMM_WORLD,
