@@ -9,7 +9,12 @@
  * handed its message to the provider before returning (a first send to a
  * new peer over tcp;ofi_rxm meets rxm's connection set-up).
  *
- * With the argument "reply" (tests/spawn_unreachable.sh) both sides use
+ * With the argument "isend" the parent sends with MPI_Isend and MPI_Wait
+ * instead: the send completes once its bytes are copied, so its wait must
+ * also last until the component's queue has handed the packet to the
+ * provider.
+ *
+ * With the argument "reply" (tests/spawn_ompi5.sh) both sides use
  * MPI_ERRORS_RETURN on the intercommunicator, the child answers, and each
  * side prints the return code of each call instead of stopping at the
  * first error: "PARENT send rc=", "PARENT recv rc=", "CHILD recv rc=",
@@ -43,6 +48,7 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_get_parent(&parent);
     int replying = argc > 1 && 0 == strcmp(argv[1], "reply");
+    int isend = argc > 1 && 0 == strcmp(argv[1], "isend");
     if (parent == MPI_COMM_NULL && replying) {
         int err = 0;
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -65,7 +71,13 @@ int main(int argc, char **argv)
         fflush(stdout);
         if (rc == MPI_SUCCESS) {
             int x = 42;
-            MPI_Send(&x, 1, MPI_INT, 0, 0, inter);
+            if (isend) {
+                MPI_Request r;
+                MPI_Isend(&x, 1, MPI_INT, 0, 0, inter, &r);
+                MPI_Wait(&r, MPI_STATUS_IGNORE);
+            } else {
+                MPI_Send(&x, 1, MPI_INT, 0, 0, inter);
+            }
             printf("SENT\n");
             fflush(stdout);
             MPI_Comm_disconnect(&inter);
