@@ -336,6 +336,9 @@ static void fill_status(ompi_status_public_t *status, const RustofiStatus *st)
         status->MPI_TAG = st->tag;
         status->MPI_ERROR = OMPI_SUCCESS;
         status->_ucount = st->count;
+        /* A probed message is never a cancelled one (MPI_Test_cancelled
+         * on this status must say so, whatever the caller's held). */
+        status->_cancelled = false;
     }
 }
 

@@ -7,7 +7,8 @@
  *     (below every provider's default eager limit; udp's is 1 KiB) shows
  *     up (source/tag/count checked, a second Iprobe still sees it), then
  *     Iprobe(1, 17) for a rendezvous-size message, then both are received.
- *  B  Probe(1, ANY_TAG) of 4000 MPI_INTs: Get_count in MPI_INT and MPI_BYTE.
+ *  B  Probe(1, ANY_TAG) of 4000 MPI_INTs: Get_count in MPI_INT and MPI_BYTE,
+ *     and Test_cancelled false on the probe's status (set true before).
  *  C  Mprobe(ANY_SOURCE, 9) of a rendezvous-size message followed by a small
  *     message with the same tag: after the Mprobe, Recv(1, 9) must get the
  *     small one (the probed message is out of the matching queue); then
@@ -110,11 +111,16 @@ static void phase_b(void)
         free(v);
     } else if (test_rank == 0) {
         MPI_Status st;
-        int n, nb;
+        int n, nb, cancelled;
+        /* A status that says "cancelled" before the probe must not
+         * after it: a probed message is never a cancelled one. */
+        MPI_CHECK(MPI_Status_set_cancelled(&st, 1));
         MPI_CHECK(MPI_Probe(1, MPI_ANY_TAG, MPI_COMM_WORLD, &st));
         CHECK(st.MPI_SOURCE == 1 && st.MPI_TAG == 8,
               "Probe: source %d tag %d, expected 1/8", st.MPI_SOURCE,
               st.MPI_TAG);
+        MPI_CHECK(MPI_Test_cancelled(&st, &cancelled));
+        CHECK(!cancelled, "Probe: MPI_Test_cancelled is true on a probe's status");
         MPI_CHECK(MPI_Get_count(&st, MPI_INT, &n));
         MPI_CHECK(MPI_Get_count(&st, MPI_BYTE, &nb));
         CHECK(n == 4000 && nb == 16000,
