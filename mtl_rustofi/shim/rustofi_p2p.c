@@ -110,12 +110,21 @@ void cb_cancel_complete(RustofiReqHead *head)
  *   send): pBaseBuf already includes true_lb, the flags are the local
  *   convertor's (no CONVERTOR_SEND), and the other fields (bConverted...) are
  *   stale from the request's previous use, so they must not be read.
+ * A device (GPU) buffer on Open MPI 5 takes ompi_mtl_datatype_pack's way,
+ * which stages it through host memory for an MTL without accelerator
+ * support (the component's pointer would be one the CPU cannot read);
+ * its flag joins the mask tested anyway, so host buffers pay nothing.
  */
+#if OMPI_MAJOR_VERSION >= 5
+#    define SEND_BUFFER_SLOW_FLAGS (CONVERTOR_COMPLETED | CONVERTOR_ACCELERATOR)
+#else
+#    define SEND_BUFFER_SLOW_FLAGS CONVERTOR_COMPLETED
+#endif
 static inline __attribute__((always_inline)) int send_buffer(struct opal_convertor_t *convertor,
                                                             void **start, size_t *length,
                                                             bool *free_after)
 {
-    if (NULL != convertor->pDesc && !(convertor->flags & CONVERTOR_COMPLETED)
+    if (NULL != convertor->pDesc && !(convertor->flags & SEND_BUFFER_SLOW_FLAGS)
         && opal_datatype_is_contiguous_memory_layout(convertor->pDesc, convertor->count)) {
         *start = convertor->pBaseBuf;
         if (convertor->flags & CONVERTOR_SEND) {

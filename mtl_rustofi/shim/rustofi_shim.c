@@ -146,8 +146,10 @@ mca_mtl_base_component_2_0_0_t mca_mtl_rustofi_component = {
     .mtl_data = {MCA_BASE_METADATA_PARAM_NONE},
     .mtl_init = rustofi_component_init,
 #if OMPI_MAJOR_VERSION >= 5
-    /* Device (GPU) buffers are not handled here: Open MPI stages them
-     * through host memory before they reach an MTL without it. */
+    /* Device (GPU) buffers are not handled here: Open MPI's datatype
+     * helpers for MTLs (ompi_mtl_datatype_pack, _recv_buf) stage them
+     * through host memory for an MTL without it, and the shim's own
+     * fast path for contiguous sends leaves device buffers to them. */
     .accelerator_support = false,
 #endif
 };
@@ -572,8 +574,8 @@ static mca_mtl_base_module_t *rustofi_component_init(bool enable_progress_thread
     if (rustofi_wrong_series) {
         return NULL; /* called by 4.1 without the third argument */
     }
-    /* Device buffers are left to Open MPI, which stages them through host
-     * memory for MTLs without accelerator support. */
+    /* Device buffers are left to Open MPI's datatype helpers, which stage
+     * them through host memory for MTLs without accelerator support. */
     *accelerator_support = false;
     return rustofi_init_module();
 }
