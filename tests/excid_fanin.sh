@@ -46,10 +46,8 @@ np=${1:-8}
 BUILD_DIR=$RUSTOFI_TARGET/excid_fanin
 mkdir -p "$BUILD_DIR"
 mpicc -O2 -o "$BUILD_DIR/sessions_fanin" "$REPO/tests/mpi/oneshot/sessions_fanin.c"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_mca_base_component_path=$RUSTOFI_MCA_DIR:$OMPI_COMPONENT_DIR
-unset OMPI_MCA_pml OMPI_MCA_mtl
-for v in $(env | sed -n 's/^\(OMPI_MCA_mtl_rustofi_[a-z_]*\)=.*/\1/p'); do unset "$v"; done
+# shellcheck source=lib/mpienv.sh
+. "$REPO/tests/lib/mpienv.sh"
 fails=0
 run() { # FAULT PAUSE [MCA args]: runs the job; prints how many messages waited at rank 0
   local fault=$1 pause=$2 log=$BUILD_DIR/np$np.$1.$2.log rc start=$SECONDS

@@ -32,10 +32,8 @@ fi
 BUILD_DIR=$RUSTOFI_TARGET/spawn_ompi5
 mkdir -p "$BUILD_DIR"
 mpicc -O2 -o "$BUILD_DIR/spawn_child" "$REPO/tests/mpi/oneshot/spawn_child.c"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_mca_base_component_path=$RUSTOFI_MCA_DIR:$OMPI_COMPONENT_DIR
-unset OMPI_MCA_pml OMPI_MCA_mtl
-for v in $(env | sed -n 's/^\(OMPI_MCA_mtl_rustofi_[a-z_]*\)=.*/\1/p'); do unset "$v"; done
+# shellcheck source=lib/mpienv.sh
+. "$REPO/tests/lib/mpienv.sh"
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 for how in send isend; do
