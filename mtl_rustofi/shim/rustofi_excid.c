@@ -520,6 +520,11 @@ static int excid_wait(ompi_communicator_t *comm, int dest, const struct rustofi_
         if (0 != (spins & 0xffff)) {
             continue;
         }
+        if (rustofi_failed()) {
+            /* Broken by an internal error (already reported): the index
+             * message will not be handled. */
+            return OMPI_ERROR;
+        }
         clock_gettime(CLOCK_MONOTONIC, &t);
         long waited = t.tv_sec - t0.tv_sec;
         if (waited >= next) {

@@ -187,7 +187,7 @@ _Static_assert(OMPI_SUCCESS == 0 && RUSTOFI_SEND_COMPLETE > 0 && RUSTOFI_SEND_FL
 static __attribute__((noinline, cold)) void drain_queue(void)
 {
     while (rustofi_tx_queued() == 1) {
-        if (rustofi_progress() < 0) {
+        if (rustofi_progress() < 0 || rustofi_failed()) {
             return;
         }
     }
@@ -255,13 +255,18 @@ int rustofi_send(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *
     }
     while (!b.done) {
         opal_progress();
+        if (OPAL_UNLIKELY(rustofi_failed())) {
+            /* Broken by an internal error (already reported): no
+             * completion is coming. */
+            return OMPI_ERROR;
+        }
     }
     /* A copied eager send is complete once copied; its packet may still
      * wait in the component's queue (e.g. while rxm connects to a new
      * peer). A blocking send returns once the provider has it, so that a
      * caller waiting outside MPI progress next (MPI_Comm_disconnect's
      * fence in Open MPI 4.1) does not leave it behind. */
-    while (rustofi_tx_queued() == 1) {
+    while (rustofi_tx_queued() == 1 && !rustofi_failed()) {
         opal_progress();
     }
     return b.error;

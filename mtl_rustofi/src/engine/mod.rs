@@ -670,6 +670,13 @@ impl Engine {
         !self.stats.tx_queued.load(Ordering::Relaxed)
     }
 
+    /// Whether a panic while the progress token was held has left the
+    /// engine unusable: nothing queued is applied from then on, so a
+    /// caller waiting for a completion or an empty queue must stop.
+    pub(crate) fn failed(&self) -> bool {
+        self.handoff.check().is_err()
+    }
+
     /// Waits (driving progress) until every transfer has finished, or the
     /// timeout passes (then says what is still pending).
     pub(crate) fn quiesce(&self, timeout: Duration, out: &mut Finished) -> bool {

@@ -752,3 +752,40 @@ fn pingpong_for_engine_ir() {
         }
     }
 }
+
+#[test]
+fn a_panic_under_the_token_leaves_the_engine_failed_and_its_sends_refused() {
+    let (a, b) = pair_in_job(0xe6);
+    assert!(!a.engine.failed() && !b.engine.failed());
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = a
+            .engine
+            .handoff
+            .with_token(|_, _| panic!("a bug under the token"));
+    }));
+    assert!(r.is_err(), "the holder panicked");
+    // What the shim's waits ask (rustofi_failed): only the broken engine.
+    assert!(a.engine.failed());
+    assert!(!b.engine.failed());
+    // Its operations are refused from now on, not queued for a holder
+    // that will never come.
+    let mut reqs = requests(1);
+    let mut out = Finished::new();
+    // SAFETY: the buffer and the request outlive the call, which refuses
+    // the send before it could keep either.
+    let sent = unsafe {
+        a.engine.isend(
+            a.peer,
+            1,
+            0,
+            5,
+            [1u8; 8].as_ptr(),
+            8,
+            false,
+            req(&mut reqs[0]),
+            &mut out,
+        )
+    };
+    assert!(sent.is_err(), "a send on a broken engine was taken");
+    assert!(out.is_empty());
+}

@@ -97,6 +97,17 @@ pub extern "C" fn rustofi_tx_queued() -> c_int {
     })
 }
 
+/// 1 once an internal error (a panic, reported when it happened) has left
+/// the component unusable, else 0: no completion and no drained queue is
+/// coming then, so a caller that waits for one (the blocking send) stops
+/// and returns an error instead of waiting for ever. 0 before
+/// initialisation.
+#[no_mangle]
+pub extern "C" fn rustofi_failed() -> c_int {
+    // One load, nothing that can panic: no unwind guard needed.
+    component().is_some_and(|c| c.engine.failed()) as c_int
+}
+
 fn report(r: Result<(), crate::engine::EngineError>) -> c_int {
     match r {
         Ok(()) => 0,
