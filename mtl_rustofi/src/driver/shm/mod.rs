@@ -183,6 +183,8 @@ struct Peer {
     full: u32,
     /// Its local rank, for messages.
     rank: usize,
+    /// A read from it was refused and said why ([`ShmRail::read`]).
+    read_refusal_said: bool,
     /// Why every later packet to it fails at once (an errno): its process
     /// was found gone (`EPIPE`), or its ring's memory overwritten
     /// (`EPROTO`).
@@ -474,6 +476,7 @@ impl ShmRail {
             tx: Producer::new(self.seg.ring(self.job.rank, r)),
             full: 0,
             rank: r,
+            read_refusal_said: false,
             closed: None,
             primed: false,
         });

@@ -109,9 +109,9 @@ impl ShmRail {
         key: u64,
     ) -> Result<(), PostError> {
         // A key that is not the peer's pid never reads another process.
-        let pid = self
-            .reader_pid(src, key)
-            .ok_or(PostError::Hard(-libc::EINVAL))?;
+        let Some(pid) = self.reader_pid(src, key) else {
+            return Err(self.read_refused(src, key));
+        };
         // SAFETY: `local` lies in a matched receive buffer, writable until
         // the operation is reported (the core's contract).
         unsafe { cma::read(pid, local, remote_addr) }.map_err(|e| PostError::Hard(-e))
@@ -169,6 +169,38 @@ impl ShmRail {
         for (i, o) in outcome[..reads.len()].iter().enumerate() {
             done(i, *o);
         }
+    }
+
+    /// A read the rail cannot make: says why, once per peer (a large
+    /// message asks for many), and fails it (`EINVAL`). A peer whose
+    /// rail reads (cross-memory attach works for it) sends read
+    /// rendezvous to a rank where it does not: tell the user the setting
+    /// that works for both.
+    #[cold]
+    #[inline(never)]
+    fn read_refused(&mut self, src: FiAddr, key: u64) -> PostError {
+        let cma_ok = self.cma_ok;
+        if let Some(p) = self.peers.get_mut(src.0 as usize).and_then(Option::as_mut) {
+            if !p.read_refusal_said {
+                p.read_refusal_said = true;
+                let why = if !cma_ok {
+                    "cross-memory attach is not permitted in this process".to_string()
+                } else if !p.readable {
+                    "cross-memory attach does not reach it from here (another PID namespace, \
+                     or its check failed)"
+                        .to_string()
+                } else {
+                    format!("the read's key {key} is not its pid")
+                };
+                crate::log::error(&format!(
+                    "local rank {} asked this rank to read a message from its memory, but {why}: \
+                     the message fails; set mtl_rustofi_rndv_protocol msg on every rank to move \
+                     large messages through the rings",
+                    p.rank
+                ));
+            }
+        }
+        PostError::Hard(-libc::EINVAL)
     }
 
     /// The pid of the peer at `src`, if `key` is it and cross-memory

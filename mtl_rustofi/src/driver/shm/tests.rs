@@ -408,6 +408,33 @@ fn a_read_key_that_is_not_the_peers_pid_reads_nothing() {
 }
 
 #[test]
+fn a_read_this_rank_cannot_make_fails_and_says_why_once() {
+    // A rank where cross-memory attach is not permitted (its rail moves
+    // large messages by data packets) but whose peer's rail reads: the
+    // peer's read rendezvous reach it all the same.
+    let (mut a, b) = pair(0xae);
+    a.cma_ok = false;
+    a.peers[1].as_mut().unwrap().readable = false;
+    let src = [9u8; 64];
+    let mut dst = [0u8; 64];
+    let local = Region {
+        addr: dst.as_mut_ptr() as usize,
+        len: dst.len(),
+    };
+    for _ in 0..3 {
+        assert_eq!(
+            a.read(FiAddr(1), local, src.as_ptr() as u64, b.key()),
+            Err(PostError::Hard(-libc::EINVAL))
+        );
+    }
+    assert_eq!(dst, [0u8; 64], "nothing read");
+    assert!(
+        a.peers[1].as_ref().unwrap().read_refusal_said,
+        "the reason was given (once: the flag stops the rest)"
+    );
+}
+
+#[test]
 fn reads_made_together_report_each_outcome_in_order() {
     let (mut a, b) = pair(0xa6);
     let key = b.key();
