@@ -183,19 +183,21 @@ impl ShmRail {
         if let Some(p) = self.peers.get_mut(src.0 as usize).and_then(Option::as_mut) {
             if !p.read_refusal_said {
                 p.read_refusal_said = true;
+                const REMEDY: &str = "set mtl_rustofi_rndv_protocol msg on every rank to move \
+                                      large messages through the rings";
                 let why = if !cma_ok {
-                    "cross-memory attach is not permitted in this process".to_string()
+                    format!("cross-memory attach is not permitted in this process; {REMEDY}")
                 } else if !p.readable {
-                    "cross-memory attach does not reach it from here (another PID namespace, \
-                     or its check failed)"
-                        .to_string()
+                    format!(
+                        "cross-memory attach does not reach it from here (another PID \
+                         namespace, or its check failed); {REMEDY}"
+                    )
                 } else {
-                    format!("the read's key {key} is not its pid")
+                    format!("the read's key {key} is not its pid (a corrupted request)")
                 };
                 crate::log::error(&format!(
                     "local rank {} asked this rank to read a message from its memory, but {why}: \
-                     the message fails; set mtl_rustofi_rndv_protocol msg on every rank to move \
-                     large messages through the rings",
+                     the message fails",
                     p.rank
                 ));
             }
