@@ -178,21 +178,6 @@ start_send(struct ompi_communicator_t *comm, int dest, int tag, struct opal_conv
 _Static_assert(OMPI_SUCCESS == 0 && RUSTOFI_SEND_COMPLETE > 0 && RUSTOFI_SEND_FLUSHED > 0,
                "start_send's answers: errors negative, started 0, complete positive");
 
-/* Drives the component until nothing waits in its queues for the
- * provider (see rustofi_send, below). Its own progress only, as mtl ofi
- * retries a post the provider refused: a send started from a progress
- * callback (a non-blocking collective's schedule) must not re-enter
- * opal_progress. Ends early if progress fails (the component is broken
- * and nothing will drain). */
-static __attribute__((noinline, cold)) void drain_queue(void)
-{
-    while (rustofi_tx_queued() == 1) {
-        if (rustofi_progress() < 0 || rustofi_failed()) {
-            return;
-        }
-    }
-}
-
 int rustofi_mtl_isend(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm,
                              int dest, int tag, struct opal_convertor_t *convertor,
                              mca_pml_base_send_mode_t mode, bool blocking,
@@ -200,27 +185,11 @@ int rustofi_mtl_isend(struct mca_mtl_base_module_t *mtl, struct ompi_communicato
 {
     RustofiReqHead *head = (RustofiReqHead *) mtl_request;
     int rc = start_send(comm, dest, tag, convertor, mode, head);
-    if (OPAL_LIKELY(RUSTOFI_SEND_FLUSHED == rc)) {
-        /* Copied into its rail, nothing queued: no callback follows. */
-        cb_send_complete(head, STATUS_OK);
-        return OMPI_SUCCESS;
-    }
-    if (rc < 0) {
+    if (rc <= 0) {
         return rc;
     }
-    if (RUSTOFI_SEND_COMPLETE == rc) {
-        cb_send_complete(head, STATUS_OK);
-    }
-    /* A copied send is complete for MPI once copied, possibly already
-     * (above, or through its callback during the call), while its packet
-     * may still wait in the component's queue (rxm connecting to a new
-     * peer, a full ring). Its MPI_Wait then returns at once, and a caller
-     * that next waits outside MPI progress (MPI_Comm_disconnect's fence)
-     * would leave the packet behind for good: so the queue is drained
-     * here, as the blocking send drains it before returning. */
-    if (OPAL_UNLIKELY(rustofi_tx_queued() == 1)) {
-        drain_queue();
-    }
+    /* Copied into its rail already: no callback follows. */
+    cb_send_complete(head, STATUS_OK);
     return OMPI_SUCCESS;
 }
 
@@ -257,7 +226,11 @@ int rustofi_send(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *
         opal_progress();
         if (OPAL_UNLIKELY(rustofi_failed())) {
             /* Broken by an internal error (already reported): no
-             * completion is coming. */
+             * completion is coming. The engine may still hold a pointer
+             * into `b` (a queued command lives in it), but a broken
+             * engine applies nothing and delivers nothing any more, so
+             * nothing reads it after this returns. A packed copy is left
+             * to leak for the same reason. */
             return OMPI_ERROR;
         }
     }
@@ -266,7 +239,10 @@ int rustofi_send(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *
      * peer). A blocking send returns once the provider has it, so that a
      * caller waiting outside MPI progress next (MPI_Comm_disconnect's
      * fence in Open MPI 4.1) does not leave it behind. */
-    while (rustofi_tx_queued() == 1 && !rustofi_failed()) {
+    while (rustofi_tx_queued() == 1) {
+        if (OPAL_UNLIKELY(rustofi_failed())) {
+            return OMPI_ERROR; /* its packet will not leave */
+        }
         opal_progress();
     }
     return b.error;
