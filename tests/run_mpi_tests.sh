@@ -773,6 +773,8 @@ if has_provider tcp; then
     run_test big_checksum tcp 2 "clean rndv>=4 shm_peers=4" shm=on rndv_protocol=msg \
         -- 67108867
     run_test threads tcp 4 "clean shm_peers=16 net_peers=0" shm=on
+    # MPI_Isend returns while the receiver is away and its ring is full.
+    run_test isend_local tcp 2 "clean shm_peers=4" shm=on
     run_test errors tcp 2 "errors>=1 grep=key.*is.not.its.pid" shm=on fault_inject=rma_key \
         rndv_protocol=read -- expect_error
     run_test order_wildcard tcp 2 "grep=malformed shm_peers=4" shm=on fault_inject=bad_packet
