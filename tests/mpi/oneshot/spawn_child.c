@@ -49,27 +49,18 @@ int main(int argc, char **argv)
     MPI_Comm_get_parent(&parent);
     int replying = argc > 1 && 0 == strcmp(argv[1], "reply");
     int isend = argc > 1 && 0 == strcmp(argv[1], "isend");
-    if (parent == MPI_COMM_NULL && replying) {
+    if (parent == MPI_COMM_NULL) {
         int err = 0;
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-        char *args[] = {"reply", NULL};
+        /* The child takes the parent's argument: it answers in "reply". */
+        char *args[] = {replying ? "reply" : NULL, NULL};
         int rc = MPI_Comm_spawn(argv[0], args, 1, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter,
                                 &err);
         printf("SPAWN rc=%d\n", rc);
         fflush(stdout);
-        if (rc == MPI_SUCCESS) {
+        if (rc == MPI_SUCCESS && replying) {
             reply(inter, "PARENT", 1);
-        }
-    } else if (replying) {
-        reply(parent, "CHILD", 0);
-    } else if (parent == MPI_COMM_NULL) {
-        int err = 0;
-        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-        int rc = MPI_Comm_spawn(argv[0], MPI_ARGV_NULL, 1, MPI_INFO_NULL, 0, MPI_COMM_WORLD,
-                                &inter, &err);
-        printf("SPAWN rc=%d\n", rc);
-        fflush(stdout);
-        if (rc == MPI_SUCCESS) {
+        } else if (rc == MPI_SUCCESS) {
             int x = 42;
             if (isend) {
                 MPI_Request r;
@@ -82,6 +73,8 @@ int main(int argc, char **argv)
             fflush(stdout);
             MPI_Comm_disconnect(&inter);
         }
+    } else if (replying) {
+        reply(parent, "CHILD", 0);
     } else {
         int x = 0;
         MPI_Recv(&x, 1, MPI_INT, 0, 0, parent, MPI_STATUS_IGNORE);

@@ -223,8 +223,18 @@ impl Peer {
                 }
                 PostError::Again
             }
-            ring::Refused::Closed => self.refused_by_reader(),
-            ring::Refused::BadTail => self.overwritten(),
+            ring::Refused::Closed => self.ring_lost(format!(
+                "local rank {} found a malformed packet in the ring from this rank and reads it \
+                 no more (its own message says where)",
+                self.rank
+            )),
+            ring::Refused::BadTail => self.ring_lost(format!(
+                "the ring to local rank {} says {} cells were read of the {} written: no reader \
+                 publishes that, so the shared-memory segment was overwritten",
+                self.rank,
+                self.tx.published_tail(),
+                self.tx.written()
+            )),
         }
     }
 
@@ -234,28 +244,13 @@ impl Peer {
         PostError::Hard(-errno)
     }
 
-    /// The reader found a malformed packet in the ring and reads it no
-    /// more: says so, and closes the peer (`EPROTO`), so that the sends
+    /// The ring cannot carry packets any more: says why (`what`, ended by
+    /// the consequence), and closes the peer (`EPROTO`), so that the sends
     /// waiting for room fail instead of waiting for ever.
-    fn refused_by_reader(&mut self) -> PostError {
+    fn ring_lost(&mut self, what: String) -> PostError {
         crate::log::error(&format!(
-            "local rank {} found a malformed packet in the ring from this rank and reads it \
-             no more (its own message says where); every later send to that rank fails",
+            "{what}; every later send to local rank {} fails",
             self.rank
-        ));
-        self.close(libc::EPROTO)
-    }
-
-    /// The ring's read position holds a value its reader cannot have
-    /// published: says so, and closes the peer (`EPROTO`).
-    fn overwritten(&mut self) -> PostError {
-        crate::log::error(&format!(
-            "the ring to local rank {} says {} cells were read of the {} written: no reader \
-             publishes that, so the shared-memory segment was overwritten; every later send \
-             to that rank fails",
-            self.rank,
-            self.tx.published_tail(),
-            self.tx.written()
         ));
         self.close(libc::EPROTO)
     }

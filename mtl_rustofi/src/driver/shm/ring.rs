@@ -342,11 +342,7 @@ impl<C: Cells> Consumer<C> {
             // packet's cells before it; a skip nearer the start is not one
             // it wrote (and would put this side a lap ahead of it).
             if count - at >= cells(self.max_len) {
-                self.broken = true;
-                return Err(Malformed {
-                    len: SKIP,
-                    cell: at,
-                });
+                return Err(self.refuse(SKIP, at));
             }
             self.mem.word(at).store(0, Ordering::Relaxed);
             self.tail += (count - at) as u64;
@@ -363,8 +359,7 @@ impl<C: Cells> Consumer<C> {
         let len = w as u32;
         let n = cells(len as usize);
         if len as usize > self.max_len || n > count - at {
-            self.broken = true;
-            return Err(Malformed { len, cell: at });
+            return Err(self.refuse(len, at));
         }
         // SAFETY: the word at `at` carries our position, stored with
         // release after the packet's bytes: the packet is published, and
@@ -378,6 +373,15 @@ impl<C: Cells> Consumer<C> {
         self.tail += n as u64;
         self.mem.tail().store(self.tail, Ordering::Release);
         Ok(true)
+    }
+
+    /// Stops reading at the malformed word `len` at `cell`. Inlined: a
+    /// call here, even a cold one, cost the read of every packet
+    /// registers.
+    #[inline(always)]
+    fn refuse(&mut self, len: u32, cell: usize) -> Malformed {
+        self.broken = true;
+        Malformed { len, cell }
     }
 
     /// Gives the ring up after [`Consumer::pop`] refused a malformed word
