@@ -16,8 +16,8 @@
 #    rustofi` alone: the spawn fails with an MPI error code and the
 #    component's message that names the remedy (no hang: mpirun ends under a
 #    timeout); with `mtl_rustofi_provider_include tcp` the spawn succeeds
-#    and the child receives 42 from its parent, sent with MPI_Send right
-#    before MPI_Comm_disconnect.
+#    and the child receives 42 from its parent, sent with MPI_Send (and
+#    again with MPI_Isend + MPI_Wait) right before MPI_Comm_disconnect.
 # Runs on Open MPI 4.1 (scripts/test). Open MPI 5.0's btl/ofi initialises
 # libfabric in every process itself (unless `--mca btl ^ofi`), and 5.0
 # adds peers on first use, so there a spawn without a network rail reports
@@ -83,12 +83,16 @@ else
   fail "spawn alone: no error code or no message ($log)"
 fi
 
-log=$BUILD_DIR/spawn-named.log
-if run "$log" 60 -np 1 --mca mtl rustofi --mca mtl_rustofi_provider_include tcp "$BUILD_DIR/spawn_child" &&
-  grep -q '^SPAWN rc=0' "$log" && grep -q '^CHILD got=42' "$log"; then
-  ok "spawn with tcp named: the child receives from its parent (send, then disconnect)"
-else
-  fail "spawn named: ($log)"
-fi
+# MPI_Send, then MPI_Isend + MPI_Wait ("isend"): either way the packet
+# must have reached the provider when the call returns.
+for mode in send isend; do
+  log=$BUILD_DIR/spawn-named-$mode.log
+  if run "$log" 60 -np 1 --mca mtl rustofi --mca mtl_rustofi_provider_include tcp "$BUILD_DIR/spawn_child" $mode &&
+    grep -q '^SPAWN rc=0' "$log" && grep -q '^CHILD got=42' "$log"; then
+    ok "spawn with tcp named: the child receives from its parent ($mode, then disconnect)"
+  else
+    fail "spawn named, $mode: ($log)"
+  fi
+done
 echo "$fails failed"
 [ "$fails" = 0 ]

@@ -3,10 +3,11 @@
 #
 # Usage: OMPI_PREFIX=/opt/openmpi-5.0 tests/spawn_ompi5.sh
 #
-# 1. With tcp named, the parent sends to its child with MPI_Send right
-#    before MPI_Comm_disconnect: the child receives 42 (the first send to a
-#    new peer meets rxm's connection set-up; the packet must reach the
-#    provider before the disconnect's fence, which drives no MPI progress).
+# 1. With tcp named, the parent sends to its child with MPI_Send, and
+#    again with MPI_Isend + MPI_Wait, right before MPI_Comm_disconnect:
+#    the child receives 42 (the first send to a new peer meets rxm's
+#    connection set-up; the packet must reach the provider before the
+#    disconnect's fence, which drives no MPI progress).
 # 2. A peer that no rail reaches fails every call on it, receives and
 #    probes included, instead of leaving a receive from it waiting.
 #    Open MPI 5.0 adds peers on first use, so a job on one host with no
@@ -35,14 +36,16 @@ mpicc -O2 -o "$BUILD_DIR/spawn_child" "$REPO/tests/mpi/oneshot/spawn_child.c"
 . "$REPO/tests/lib/mpienv.sh"
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-log=$BUILD_DIR/named.log
-if timeout -k 10 60 mpirun --bind-to none -np 1 --mca pml cm --mca mtl rustofi \
-  --mca mtl_rustofi_provider_include tcp "$BUILD_DIR/spawn_child" >"$log" 2>&1 &&
-  grep -q '^SPAWN rc=0$' "$log" && grep -q '^CHILD got=42$' "$log"; then
-  echo "ok: spawn with tcp named: the child receives from its parent (send, then disconnect)"
-else
-  fail "spawn with tcp named ($log)"
-fi
+for mode in send isend; do
+  log=$BUILD_DIR/named-$mode.log
+  if timeout -k 10 60 mpirun --bind-to none -np 1 --mca pml cm --mca mtl rustofi \
+    --mca mtl_rustofi_provider_include tcp "$BUILD_DIR/spawn_child" $mode >"$log" 2>&1 &&
+    grep -q '^SPAWN rc=0$' "$log" && grep -q '^CHILD got=42$' "$log"; then
+    echo "ok: spawn with tcp named: the child receives from its parent ($mode, then disconnect)"
+  else
+    fail "spawn with tcp named, $mode ($log)"
+  fi
+done
 
 log=$BUILD_DIR/reply.log
 rc=0

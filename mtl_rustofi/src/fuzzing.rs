@@ -372,6 +372,7 @@ pub fn core_packets(data: &[u8]) {
                     peer,
                     head,
                     payload,
+                    req,
                     ..
                 } => {
                     if s.u8() & 3 == 0 {
@@ -380,6 +381,7 @@ pub fn core_packets(data: &[u8]) {
                             peer,
                             &head,
                             payload,
+                            req,
                             PostError::Again,
                             &mut out,
                         );

@@ -375,6 +375,7 @@ impl Driver {
                     p.peer,
                     &p.encoded_head(),
                     p.payload,
+                    p.req,
                     PostError::Again,
                     out,
                 );
@@ -467,9 +468,10 @@ impl Driver {
                 peer,
                 head,
                 payload,
+                req,
                 ..
             } => {
-                core.on_inline_refused(rail, peer, &head, payload, PostError::Again, out);
+                core.on_inline_refused(rail, peer, &head, payload, req, PostError::Again, out);
                 return None;
             }
             Action::Read {

@@ -212,12 +212,13 @@ pub(super) unsafe fn apply_send(st: &mut State, args: SendArgs, req: ReqPtr) -> 
 /// fields in registers rather than on the stack across this call.
 ///
 /// [`Engine::start`]: super::Engine
+/// Returns whether the driver took the packet (see `Driver::send_inline`).
 #[cold]
 #[inline(never)]
-pub(super) fn execute_then_send(st: &mut State, p: InlineSend) {
+pub(super) fn execute_then_send(st: &mut State, p: InlineSend) -> bool {
     st.driver.execute(&mut st.core, &mut st.out);
     // Taken or not, the idle note follows (the actions before it).
-    let _ = st.driver.send_inline(p, &mut st.core, &mut st.out);
+    st.driver.send_inline(p, &mut st.core, &mut st.out)
 }
 
 /// Posts a receive (token held), from the inbox or straight from its

@@ -48,8 +48,9 @@ use std::time::{Duration, Instant};
 pub(crate) enum Started {
     /// Its completion will come through a [`Finished`] list.
     Pending,
-    /// Complete already (a small send written into its rail on the spot):
-    /// no completion follows, the caller completes the request. Returned
+    /// Complete already (a small send written into its rail on the spot;
+    /// one the rail refused is `Pending`): no completion follows, the
+    /// caller completes the request. Returned
     /// rather than listed because this is the commonest send, and a list
     /// entry costs its push, its copy and its dispatch.
     Complete,
@@ -383,6 +384,8 @@ impl Engine {
     /// Starts a send. `sync` requests MPI_Ssend semantics. A small send
     /// written into its rail on the spot is [`Started::Complete`]: no
     /// completion for it comes through `out`, its caller completes it.
+    /// Any other send's completion comes through `out`, in this call or a
+    /// later one.
     ///
     /// # Safety
     /// `buf` must be readable for `len` bytes and `req` must point at a
@@ -538,20 +541,27 @@ impl Engine {
                 let mut only_queued = false;
                 match direct(st, &mut only_queued) {
                     // After what was queued before it, as if it were the
-                    // last action; complete for MPI once the driver has it
-                    // (or, if it refused the packet, the core has copied
-                    // it). With nothing queued before it (the common
-                    // case) the packet goes straight on, its fields in
-                    // registers: no call comes between. A packet the ring
-                    // took changed nothing else; a refused one is queued.
+                    // last action; complete for MPI once the driver has it.
+                    // A packet the driver refused is copied by the core
+                    // and completes as a copied send does, when a rail
+                    // takes it (`proto::held`): through `out`, maybe in
+                    // this call. With nothing queued before it (the
+                    // common case) the packet goes straight on, its fields
+                    // in registers: no call comes between. A packet the
+                    // ring took changed nothing else; a refused one is
+                    // queued.
                     Some(p) if st.out.actions.is_empty() => {
-                        unchanged &= st.driver.send_inline(p, &mut st.core, &mut st.out);
-                        started = Started::Complete;
+                        let taken = st.driver.send_inline(p, &mut st.core, &mut st.out);
+                        unchanged &= taken;
+                        if taken {
+                            started = Started::Complete;
+                        }
                     }
                     Some(p) => {
-                        execute_then_send(st, p);
+                        if execute_then_send(st, p) {
+                            started = Started::Complete;
+                        }
                         unchanged = false;
-                        started = Started::Complete;
                     }
                     None if only_queued => {}
                     None => {

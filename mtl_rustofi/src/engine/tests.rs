@@ -235,8 +235,9 @@ fn ring_only_rounds_leave_no_work_behind_and_run_when_idle() {
 /// queues (`Engine::tx_flushed`), and the shim's blocking send returns
 /// without waiting only when nothing does: true while the ring takes the
 /// sends, false from the first send the full ring refused (its copy
-/// waits in the core; the sends behind it wait as well, complete at once
-/// or not), true again once the receiver has made room.
+/// waits in the core, and neither it nor the sends behind it is complete
+/// until a rail takes its packet: `proto::held`), true again once the
+/// receiver has made room.
 /// A send queued while another thread held the token goes before the
 /// send of the thread that takes the token next: that thread applies the
 /// queued send first (its packet becomes an action) and then writes its
@@ -428,9 +429,16 @@ fn a_send_complete_at_once_says_whether_anything_waits() {
         at_once[..first_waiting].iter().all(|&(done, _)| done),
         "a send the ring took was not complete at once"
     );
+    // A refused send is copied, and complete only once a rail takes the
+    // copy (`proto::held`); those behind it wait behind it. The receiver
+    // has taken nothing yet, so none of them completed meanwhile either.
     assert!(
-        at_once[first_waiting].0,
-        "the first refused small send was not copied and complete at once"
+        at_once[first_waiting..].iter().all(|&(done, _)| !done),
+        "a send the ring refused, or one behind it, was complete at once"
+    );
+    assert_eq!(
+        completed_later, 0,
+        "a send completed while its packet waited for room"
     );
     assert!(
         at_once[first_waiting..]

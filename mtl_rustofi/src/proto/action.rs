@@ -56,7 +56,10 @@ pub(crate) enum Access {
 /// Work for the driver. Every operation carrying an [`OpId`] or
 /// [`RxSlot`] is reported back exactly once: as a completion, an error
 /// completion, or a failed post (`Core::on_post_failed`). Memory named by a
-/// [`Region`] stays valid until then.
+/// [`Region`] stays valid until then. A failed post is reported in the
+/// same pass as its action, into the same [`Out`], before that output's
+/// events reach the MPI layer: the core takes back the completions of the
+/// sends a refused packet carries (`proto::held`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Action {
     /// Post (or repost) a receive bounce buffer of the rail.
@@ -82,8 +85,9 @@ pub(crate) enum Action {
     /// bounce buffer, no operation). If the driver cannot take it, it
     /// hands it back with `Core::on_inline_refused` before it executes the
     /// next action; the payload is still valid then, because the send's
-    /// completion (already in `Out::events`) reaches the MPI layer only
-    /// after the driver has executed every action of the same output. A
+    /// completion (already in `Out::events`, taken back then) reaches the
+    /// MPI layer only after the driver has executed every action of the
+    /// same output. A
     /// send the engine applies for its caller comes back from
     /// `Core::send` as the same packet (`InlineSend`), which the engine
     /// hands to the driver at once; this action is for the others (sends
@@ -94,6 +98,8 @@ pub(crate) enum Action {
         dest: FiAddr,
         head: InlineHead,
         payload: UserBuf,
+        /// The send it completes.
+        req: ReqId,
     },
     /// RMA read of `local.len` bytes from the peer's `remote_addr` (key
     /// `key`) into `local`.

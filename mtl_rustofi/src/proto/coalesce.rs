@@ -3,11 +3,12 @@
 //! header but the last flagged `FLAG_MORE`. The bundle is sent by any
 //! other call into the core and by every progress tick, so it is held
 //! only while its sender keeps issuing eager sends to that peer. Its sends
-//! complete when it is handed to the transmit queue: a wait on them drives
-//! the progress that sends it.
+//! complete when the provider takes it ([`super::held`]): a wait on them
+//! drives the progress that sends it.
 
-use super::action::{Event, Out, Status};
+use super::action::Out;
 use super::eager::{put_eager, SendArgs};
+use super::held::Carried;
 use super::ids::{PeerId, ReqId};
 use super::txq::{AfterSend, TxBuf};
 use super::{Core, Stats};
@@ -75,16 +76,23 @@ impl Core {
         true
     }
 
-    /// Sends the peer's open bundle, if any, and completes its sends.
+    /// Sends the peer's open bundle, if any; its sends complete as the
+    /// provider takes it ([`super::held`]).
     pub(super) fn flush_bundle(&mut self, peer: PeerId, out: &mut Out) {
         let Some(b) = self.peers[peer.index()].bundle.take() else {
             return;
         };
-        out.events.extend(b.reqs.into_iter().map(|req| Event::Send {
-            req,
-            status: Status::Ok,
-        }));
-        self.send_held_packet(peer, b.buf, b.len, None, AfterSend::Nothing, b.held, out);
+        let carried = Carried::Many(b.reqs);
+        self.send_held_packet(
+            peer,
+            b.buf,
+            b.len,
+            None,
+            AfterSend::Nothing,
+            b.held,
+            carried,
+            out,
+        );
     }
 
     /// Sends every open bundle except `keep`'s.

@@ -7,6 +7,7 @@
 //! uncopied and incomplete, until room is made.
 
 use super::action::{Action, Event, InlineHead, Out, PostError, Status};
+use super::held::Carried;
 use super::ids::{Cookie, FiAddr, PeerId, RailId, ReqId};
 use super::peers::Peer;
 use super::recv::PostedRecv;
@@ -20,8 +21,8 @@ use std::sync::atomic::AtomicU64;
 
 /// Eager payloads at least this large are sent from the user's buffer
 /// where the rail needs no registered memory; smaller ones are copied,
-/// which lets the request complete at once and costs less than waiting
-/// for the transmit.
+/// which lets the request complete as the provider takes the packet
+/// ([`super::held`]) and costs less than waiting for the transmit.
 pub(super) const ZERO_COPY_MIN: usize = 8192;
 
 /// An MPI send as the core receives it.
@@ -60,9 +61,9 @@ pub(crate) enum Sent {
 /// A small eager send that the driver copies at post (what
 /// [`Action::SendInline`] carries), given straight back to the caller of
 /// [`Core::send`] rather than queued: the engine writes it into the ring
-/// on the spot, and the send is complete for MPI once that is done,
-/// whether the driver took it or refused it (a refused one goes back to
-/// [`Core::on_inline_refused`], which copies it into a bounce buffer).
+/// on the spot, and the send is complete for MPI once the driver took it
+/// (a refused one goes back to [`Core::on_inline_refused`], which copies
+/// it into a bounce buffer, and completes as a copied send does).
 /// Neither `Copy` nor `Clone`: each one is executed exactly once.
 #[must_use = "an inline packet must be executed and its send completed"]
 #[derive(Debug)]
@@ -120,6 +121,7 @@ impl InlineSend {
             dest: self.dest,
             head: self.encoded_head(),
             payload: self.payload,
+            req: self.req,
         });
         out.events.push(Event::Send {
             req: self.req,
@@ -272,16 +274,16 @@ impl Core {
         };
         if zero_copy {
             let n = hdr.encode(&mut b.mem);
-            self.send_held_packet(s.peer, b, n, Some(s.buf), then, held, out);
+            self.send_held_packet(s.peer, b, n, Some(s.buf), then, held, Carried::None, out);
         } else {
             let n = put_eager(&mut b.mem, 0, &hdr, &s.buf);
-            self.send_held_packet(s.peer, b, n, None, then, held, out);
-            if !s.sync {
-                out.events.push(Event::Send {
-                    req: s.req,
-                    status: Status::Ok,
-                });
-            }
+            // A copied send completes as the provider takes its packet.
+            let carried = if s.sync {
+                Carried::None
+            } else {
+                Carried::One(s.req)
+            };
+            self.send_held_packet(s.peer, b, n, None, then, held, carried, out);
         }
         Ok(Sent::Out)
     }
@@ -302,17 +304,22 @@ impl Core {
         sent
     }
 
-    /// The driver could not take an inline packet (`_why`: its queue is
-    /// full, or an error): the packet goes into a bounce buffer and on as
-    /// an ordinary one, which is queued, resent or failed by the usual
-    /// rules and reported when it completes. The payload is still valid
-    /// (see [`Action::SendInline`]).
+    /// The driver could not take an inline packet of send `req` (`_why`:
+    /// its queue is full, or an error): the packet goes into a bounce
+    /// buffer and on as an ordinary one, which is queued, resent or failed
+    /// by the usual rules, and the send completes as the provider takes it
+    /// ([`super::held`]). Its completion, if `out` holds it (a packet of
+    /// [`Action::SendInline`]), is taken back first; the engine's own
+    /// inline send completes only once the driver took the packet. The
+    /// payload is still valid (see [`Action::SendInline`]).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_inline_refused(
         &mut self,
         rail: RailId,
         peer: PeerId,
         head: &InlineHead,
         payload: UserBuf,
+        req: ReqId,
         _why: PostError,
         out: &mut Out,
     ) {
@@ -322,12 +329,20 @@ impl Core {
         let p = &mut self.peers[peer.index()];
         p.tx_bytes = p.tx_bytes.wrapping_sub(n as u64);
         self.uncount_rail_tx(rail, n);
+        if let Some(i) = out
+            .events
+            .iter()
+            .rposition(|e| matches!(e, Event::Send { req: r, .. } if *r == req))
+        {
+            out.events.remove(i);
+        }
         let mut b = self.take_tx_for(rail, n, out);
         b.mem[..wire::BASE_LEN].copy_from_slice(head);
         payload.read_into(&mut b.mem[wire::BASE_LEN..]);
         let held = Self::buf_cost(b.mem.len());
         self.flow.charge(peer, held);
-        self.send_held_packet(peer, b, n, None, AfterSend::Nothing, held, out);
+        let carried = Carried::One(req);
+        self.send_held_packet(peer, b, n, None, AfterSend::Nothing, held, carried, out);
     }
 
     /// Copies a matched eager message into its receive and acknowledges a

@@ -19,6 +19,7 @@
 //! - [`recv`]: posted receives, probes, cancels and delivery of a match;
 //! - [`eager`]: eager and synchronous eager messages;
 //! - [`coalesce`]: several small eager messages in one packet;
+//! - [`held`]: a copied send completes once the provider takes its packet;
 //! - [`rndv`]: what both rendezvous protocols share (RTS, FIN, state);
 //! - [`abort`]: a failed rendezvous cancels its chunks and tells the peer;
 //! - [`liveness`]: probes towards waited-on peers, and failing what waits
@@ -37,6 +38,7 @@ pub(crate) mod action;
 mod coalesce;
 mod eager;
 mod flow;
+mod held;
 pub(crate) mod ids;
 mod liveness;
 #[cfg(test)]
@@ -181,6 +183,9 @@ pub(crate) struct Stats {
     /// waiting to be retried do not count: one that keeps failing must not
     /// hold up every blocking send.
     pub(crate) tx_queued: std::sync::atomic::AtomicBool,
+    /// Copied eager sends whose completion waited until the provider took
+    /// their packet (refused at first: [`held`]).
+    pub(crate) held_sends: AtomicU64,
 }
 
 /// A level and its high-water mark. Only the progress-token holder changes

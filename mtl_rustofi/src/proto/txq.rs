@@ -8,6 +8,7 @@
 //! never be left behind.
 
 use super::action::{Access, Action, Event, Out, PostError, Posted, Status};
+use super::held::Carried;
 use super::ids::{Cookie, MrId, OpId, PeerId, RailId, ReqId, RndvId, RxSlot};
 use super::Core;
 use crate::usermem::{Region, UserBuf};
@@ -75,6 +76,11 @@ pub(super) struct Packet {
     /// Bytes charged to the peer's flow control ([`super::flow`]) until
     /// the packet is reported.
     pub(super) held: usize,
+    /// The copied eager sends whose bytes it carries, and whether their
+    /// completions have been reported: as it is handed to the driver, not
+    /// while it waits in the rail's queue ([`super::held`]).
+    pub(super) carried: Carried,
+    pub(super) reported: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -315,6 +321,7 @@ impl Core {
     }
 
     fn emit(&mut self, id: OpId, out: &mut Out) {
+        self.report_carried(id, out);
         let op = self.ops.get(id).expect("emitted operations are live");
         let a = match op {
             Op::Packet(p) => self.send_action(id, p),
@@ -387,6 +394,10 @@ impl Core {
 
     /// The driver could not post an operation or a receive buffer.
     pub(crate) fn on_post_failed(&mut self, what: Posted, err: PostError, out: &mut Out) {
+        if let Posted::Op(id) = what {
+            // Queued again or failed: its sends are not complete yet.
+            self.recall_carried(id, out);
+        }
         match (what, err) {
             (Posted::Rx(rail, slot), PostError::Again) => {
                 // be0251a defect 5: the result of reposting was ignored.
@@ -508,6 +519,9 @@ impl Core {
             Op::Packet(p) => {
                 // Packets are never cancelled; treat it as lost for good.
                 let peer = p.peer;
+                if !p.reported {
+                    p.carried.report(Status::Failed, out);
+                }
                 self.packet_done(p, out);
                 self.peer_lost(peer, out);
             }
@@ -585,6 +599,9 @@ impl Core {
                     AfterSend::Rts(cookie) => self.rndv_send_failed(cookie, out),
                     AfterSend::Data(cookie) => self.data_sent(cookie, true, out),
                 }
+                if !p.reported {
+                    p.carried.report(Status::Failed, out);
+                }
                 self.packet_done(p, out);
                 // The packet may have held a sequence number the peer waits
                 // for, or a control message a rendezvous waits for: nothing
@@ -624,11 +641,14 @@ impl Core {
         then: AfterSend,
         out: &mut Out,
     ) {
-        self.send_held_packet(peer, buf, len, payload, then, 0, out);
+        self.send_held_packet(peer, buf, len, payload, then, 0, Carried::None, out);
     }
 
     /// [`Core::send_packet`] of a packet whose `held` bytes are charged to
-    /// the peer's flow control, released when it is reported.
+    /// the peer's flow control, released when it is reported, and which
+    /// carries the bytes of the copied sends `carried`: reported complete
+    /// now if it is handed to the driver now, else once it leaves the
+    /// rail's queue ([`super::held`]).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(super) fn send_held_packet(
@@ -639,6 +659,7 @@ impl Core {
         payload: Option<UserBuf>,
         then: AfterSend,
         held: usize,
+        carried: Carried,
         out: &mut Out,
     ) {
         let p = &mut self.peers[peer.index()];
@@ -647,6 +668,13 @@ impl Core {
             .tx_bytes
             .wrapping_add((len + payload.map_or(0, |u| u.len())) as u64);
         let rail = p.rail;
+        // `take_credit`, split so that the sends are reported before the
+        // packet moves into the slab.
+        let r = &self.rails[rail.index()];
+        let goes = r.retry.is_empty() && r.inflight < r.profile.tx_depth;
+        if goes {
+            carried.report(Status::Ok, out);
+        }
         let id = self.ops.insert(Op::Packet(Packet {
             rail,
             peer,
@@ -656,15 +684,20 @@ impl Core {
             then,
             resends_left: RESENDS,
             held,
+            carried,
+            reported: goes,
         }));
         // Packets always take a credit, so the generic `submit_op` and
         // `emit` (a match over every kind) are skipped on this, the
         // hottest, path.
-        if self.take_credit(rail, id) {
+        if goes {
+            self.rails[rail.index()].inflight += 1;
             let Some(Op::Packet(p)) = self.ops.get(id) else {
                 unreachable!("just inserted")
             };
             out.actions.push(self.send_action(id, p));
+        } else {
+            self.requeue(rail, id);
         }
     }
 

@@ -396,6 +396,9 @@ pub(crate) struct Coverage {
     pub(crate) injected: u64,
     pub(crate) inlined: u64,
     pub(crate) inline_refused: u64,
+    /// Copied sends whose completion waited for a rail to take their
+    /// refused packet.
+    pub(crate) held_sends: u64,
     /// Tagged receives the core cancelled (an aborted send rendezvous).
     pub(crate) chunks_cancelled: u64,
     /// Rendezvous served a cached registration.
@@ -471,6 +474,7 @@ impl Coverage {
             self.striped += Stats::get(&n.stats.striped);
             self.stripe_bytes += Stats::get(&n.stats.stripe_bytes);
             self.coalesced += Stats::get(&n.stats.coalesced);
+            self.held_sends += Stats::get(&n.stats.held_sends);
             self.unexpected += Stats::get(&n.stats.unexpected);
             self.unexpected_peak += Stats::get(&n.stats.unexpected_now.peak);
             self.errors += Stats::get(&n.stats.errors);

@@ -370,6 +370,7 @@ impl World {
                 dest,
                 head,
                 payload,
+                req,
             } => {
                 let r = rail.index();
                 let to = dest.0 as usize;
@@ -410,7 +411,7 @@ impl World {
                     self.inline_refused += 1;
                     self.nodes[n]
                         .core
-                        .on_inline_refused(rail, peer, &head, payload, why, out);
+                        .on_inline_refused(rail, peer, &head, payload, req, why, out);
                     return;
                 }
                 // Copied like an inject: no completion follows, and an

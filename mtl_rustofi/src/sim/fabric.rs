@@ -621,18 +621,20 @@ impl World {
     /// Executes a batch of actions of node `n` in order (reports append
     /// theirs), then records the MPI completions.
     pub(crate) fn run_out(&mut self, n: usize, out: Out) {
-        let Out {
-            actions,
-            mut events,
-        } = out;
+        let Out { actions, events } = out;
         let mut q: VecDeque<Action> = actions.into();
+        // The reports go into the output the actions came from, as the
+        // engine's driver does: a refused packet takes back the
+        // completions of the sends it carries (`proto::held`).
+        let mut o = Out {
+            actions: Vec::new(),
+            events,
+        };
         while let Some(a) = q.pop_front() {
-            let mut o = Out::new();
             self.exec(n, a, &mut o);
-            q.extend(o.actions);
-            events.extend(o.events);
+            q.extend(o.actions.drain(..));
         }
-        self.record(n, events);
+        self.record(n, o.events);
     }
 }
 

@@ -630,6 +630,20 @@ impl World {
             if r.refused {
                 self.fail(&format!("node {n}: event for a refused send: {e:?}"));
             }
+            // A copied send is complete once a rail has taken its packet,
+            // never while the packet waits in the queue (`proto::held`).
+            if matches!(
+                e,
+                Event::Send {
+                    status: Status::Ok,
+                    ..
+                }
+            ) && self.nodes[n].core.queued_carrying(req)
+            {
+                self.fail(&format!(
+                    "node {n}: send completed while its packet waits in the queue: {e:?}"
+                ));
+            }
             let kind_ok = matches!(
                 (r.kind, e),
                 (ReqKind::Send { .. }, Event::Send { .. })

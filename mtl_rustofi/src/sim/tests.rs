@@ -138,6 +138,12 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
             want("inline packets refused and sent again", c.inline_refused);
         }
     }
+    if matches!(fault, "eagain" | "mixed") {
+        want(
+            "copied sends held until a rail took their packet",
+            c.held_sends,
+        );
+    }
     if fault == "dup" {
         want("duplicated packets", c.dups);
     }

@@ -1,4 +1,5 @@
-/* MPI_Comm_spawn from a job that runs on one host (tests/one_host.sh).
+/* MPI_Comm_spawn from a job that runs on one host (tests/one_host.sh,
+ * tests/spawn_ompi5.sh).
  *
  * The parent (no parent communicator) spawns one copy of itself with
  * MPI_ERRORS_RETURN on MPI_COMM_WORLD, prints "SPAWN rc=<code>", and when
@@ -10,9 +11,8 @@
  * new peer over tcp;ofi_rxm meets rxm's connection set-up).
  *
  * With the argument "isend" the parent sends with MPI_Isend and MPI_Wait
- * instead. That hangs today (docs/testing.md: the copied send completes
- * while its packet waits in the component's queue), so no test runs it;
- * it is the reproduction of that open defect.
+ * instead: the wait must not return before the packet has left the
+ * component's queue either. ("send", or no argument: MPI_Send.)
  *
  * With the argument "reply" (tests/spawn_ompi5.sh) both sides use
  * MPI_ERRORS_RETURN on the intercommunicator, the child answers, and each

@@ -29,7 +29,7 @@ pub(crate) mod short;
 
 use crate::config::{RndvProtocol, Settings};
 use crate::proto::action::InlineHead;
-use crate::proto::ids::{FiAddr, PeerId, RailId};
+use crate::proto::ids::{FiAddr, PeerId, RailId, ReqId};
 use crate::proto::{Action, Core, InlineSend, Out, PostError, Posted, RailProfile};
 use crate::usermem::{copy_bytes, Region, UserBuf};
 use crate::wire::{self, EagerHead, RailKind};
@@ -543,7 +543,7 @@ impl ShmRail {
         match self.send_inline(p.dest, &p.head, p.payload) {
             Ok(()) => true,
             Err(e) => {
-                core.on_inline_refused(p.rail, p.peer, &p.encoded_head(), p.payload, e, out);
+                core.on_inline_refused(p.rail, p.peer, &p.encoded_head(), p.payload, p.req, e, out);
                 false
             }
         }
@@ -561,11 +561,12 @@ impl ShmRail {
         dest: FiAddr,
         head: &InlineHead,
         payload: UserBuf,
+        req: ReqId,
         core: &mut Core,
         out: &mut Out,
     ) {
         if let Err(e) = self.send_inline(dest, &EagerHead::decode(head), payload) {
-            core.on_inline_refused(rail, peer, head, payload, e, out);
+            core.on_inline_refused(rail, peer, head, payload, req, e, out);
         }
     }
 
@@ -692,8 +693,9 @@ impl ShmRail {
                 dest,
                 head,
                 payload,
+                req,
             } => {
-                self.send_inline_or_refuse(rail, peer, dest, &head, payload, core, out);
+                self.send_inline_or_refuse(rail, peer, dest, &head, payload, req, core, out);
                 return;
             }
             // Nothing to register: a peer reads by our pid and address.
