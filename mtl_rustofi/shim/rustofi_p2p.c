@@ -234,11 +234,13 @@ int rustofi_send(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *
             return OMPI_ERROR;
         }
     }
-    /* A copied eager send is complete once copied; its packet may still
-     * wait in the component's queue (e.g. while rxm connects to a new
-     * peer). A blocking send returns once the provider has it, so that a
-     * caller waiting outside MPI progress next (MPI_Comm_disconnect's
-     * fence in Open MPI 4.1) does not leave it behind. */
+    /* The send's own packet has left the component's queue once the
+     * request is complete (a copied send completes only then); other
+     * packets may still wait there (e.g. while rxm connects to a new
+     * peer: an acknowledgement, a resend). A blocking send returns once
+     * the provider has them all, so that a caller waiting outside MPI
+     * progress next (MPI_Comm_disconnect's fence in Open MPI 4.1) leaves
+     * nothing behind. */
     while (rustofi_tx_queued() == 1) {
         if (OPAL_UNLIKELY(rustofi_failed())) {
             return OMPI_ERROR; /* its packet will not leave */

@@ -8,7 +8,7 @@
  * in-flight transmit operations by the provider's queue depth.
  *
  * Rank 0 sends NMSG eager messages (each carrying its index) with MPI_Send
- * (complete at once) while rank 1 sleeps, then rank 1 receives them all in
+ * (copied: complete once the provider takes them) while rank 1 sleeps, then rank 1 receives them all in
  * order and checks every index. Ranks beyond 2 only join the barrier.
  */
 #include "common.h"

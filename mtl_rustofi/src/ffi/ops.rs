@@ -82,9 +82,11 @@ fn progress_round(c: Option<&'static Component>) -> c_int {
 /// 1 while operations wait in the component's own queues for the provider
 /// to take them (credits exhausted, or the provider answered EAGAIN, as
 /// rxm does while it connects to a new peer), else 0. A blocking send
-/// returns only once this is 0: a copied eager send is complete for MPI at
-/// once, and a caller that then waits outside MPI progress (the PMIx fence
-/// of `MPI_Comm_disconnect`) would leave it queued.
+/// returns only once this is 0: a copied send is complete once its own
+/// packet has left the queue (`proto::held`), but other packets may still
+/// wait there (an acknowledgement, a resend), and a caller that then waits
+/// outside MPI progress (the PMIx fence of `MPI_Comm_disconnect`) would
+/// leave them queued.
 #[no_mangle]
 pub extern "C" fn rustofi_tx_queued() -> c_int {
     // Two loads, nothing that can panic: no unwind guard needed on this

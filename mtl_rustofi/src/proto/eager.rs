@@ -1,5 +1,6 @@
 //! Eager messages: the payload travels in the packet with its header.
-//! Small ones are copied into a bounce buffer (the send completes at once);
+//! Small ones are copied into a bounce buffer (the send completes as the
+//! provider takes the packet, [`super::held`]);
 //! from `ZERO_COPY_MIN` bytes, where the rail allows it, the payload goes
 //! from the user's buffer and the send completes with the transmit.
 //! Synchronous sends always copy and complete on the receiver's ack.

@@ -2,8 +2,9 @@
 //! has not completed are bounded per peer (`send_queue_limit`) and per
 //! process (`send_queue_total`).
 //!
-//! A copied eager send completes as soon as its payload is in a bounce
-//! buffer, so without a bound a sender whose receiver does not progress
+//! A copied eager send completes as soon as the provider takes its packet
+//! ([`super::held`]), long before the transmit ends, so without a bound a
+//! sender whose receiver does not progress
 //! keeps copying: every message holds a buffer and an operation until the
 //! provider reports its transmit, and a flood grows the process by
 //! gigabytes. Here a send that does not fit waits instead, uncopied, in

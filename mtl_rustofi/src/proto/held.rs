@@ -58,6 +58,10 @@ impl Carried {
     pub(super) fn is_none(&self) -> bool {
         matches!(self, Carried::None)
     }
+
+    fn len(&self) -> usize {
+        self.reqs().len()
+    }
 }
 
 /// Whether `e` is the successful completion of one of `reqs`.
@@ -92,7 +96,15 @@ impl Core {
         }
         out.events.retain(|e| !completes_one_of(e, reqs));
         p.reported = false;
-        Stats::bump(&self.stats.held_sends, reqs.len() as u64);
+        self.count_held(id);
+    }
+
+    /// Counts the sends packet `id` carries as held (it was queued).
+    #[cold]
+    pub(super) fn count_held(&self, id: OpId) {
+        if let Some(Op::Packet(p)) = self.ops.get(id) {
+            Stats::bump(&self.stats.held_sends, p.carried.len() as u64);
+        }
     }
 
     /// Operation `id` is being handed to the driver from its rail's queue:
@@ -199,7 +211,9 @@ mod tests {
             c.on_post_failed(Posted::Op(op), PostError::Again, &mut out);
         }
         assert_eq!(sends(&out), []);
-        assert_eq!(Stats::get(&c.stats().held_sends), 3);
+        // Each time a packet carrying a send was queued: 1 refused, 2
+        // queued at once, both refused again.
+        assert_eq!(Stats::get(&c.stats().held_sends), 4);
         let mut out = Out::new();
         c.tick(&mut out);
         assert_eq!(sends(&out), [(1, Status::Ok), (2, Status::Ok)]);
@@ -253,5 +267,37 @@ mod tests {
         c.peer_gone(peer, "test", &mut gone);
         assert_eq!(sends(&gone), [(1, Status::Failed)]);
         assert_eq!(c.leftovers().retry, 0);
+    }
+
+    /// A packet that failed at the provider after it was handed over is
+    /// resent; its sends were reported then and stay complete, so the
+    /// resend carries none: a refusal of it takes back nothing, not even
+    /// the completion of a new send whose request has the same address.
+    #[test]
+    fn a_resend_after_an_error_completion_carries_no_sends() {
+        crate::log::QUIET.with(|q| q.set(true));
+        let (mut c, peer) = core();
+        let (mut d1, mut d2) = ([1u8; 100], [2u8; 100]);
+        let mut out = Out::new();
+        send(&mut c, peer, &mut d1, 1, &mut out);
+        assert_eq!(sends(&out), [(1, Status::Ok)]);
+        let op = sent_ops(&out)[0];
+        let mut later = Out::new();
+        c.on_error(op, "test", &mut later);
+        assert_eq!(sends(&later), [], "resent, not failed");
+        let mut again = Out::new();
+        c.tick(&mut again);
+        let resend = sent_ops(&again)[0];
+        assert_eq!(sends(&again), [], "reported once already");
+        // Request 1 is reused for a new send, complete in this output.
+        send(&mut c, peer, &mut d2, 1, &mut again);
+        assert_eq!(sends(&again), [(1, Status::Ok)]);
+        c.on_post_failed(Posted::Op(resend), PostError::Again, &mut again);
+        assert_eq!(
+            sends(&again),
+            [(1, Status::Ok)],
+            "the new send's completion stays"
+        );
+        assert_eq!(Stats::get(&c.stats().held_sends), 0);
     }
 }

@@ -394,6 +394,19 @@ impl Core {
         for &p in self.flow.waiting() {
             w[p.index()] = true;
         }
+        // Copied sends whose packet waits in a queue (`held`): complete
+        // only once it goes, which a dead peer's refusals never let it.
+        if self.queued {
+            for r in &self.rails {
+                for &id in &r.retry {
+                    if let Some(Op::Packet(p)) = self.ops.get(id) {
+                        if !p.reported && !p.carried.is_none() {
+                            w[p.peer.index()] = true;
+                        }
+                    }
+                }
+            }
+        }
         // A walk of the posted queue, once a round, instead of a count
         // per peer kept up on every post and match.
         for p in self.matcher.posted() {

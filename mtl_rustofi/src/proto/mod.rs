@@ -183,8 +183,9 @@ pub(crate) struct Stats {
     /// waiting to be retried do not count: one that keeps failing must not
     /// hold up every blocking send.
     pub(crate) tx_queued: std::sync::atomic::AtomicBool,
-    /// Copied eager sends whose completion waited until the provider took
-    /// their packet (refused at first: [`held`]).
+    /// Copied eager sends held incomplete because their packet waited in a
+    /// rail's queue ([`held`]): counted each time such a packet is queued
+    /// (at once, or refused by the provider).
     pub(crate) held_sends: AtomicU64,
 }
 

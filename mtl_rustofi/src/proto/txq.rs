@@ -572,6 +572,14 @@ impl Core {
                     "packet send failed: {why}; resending ({} attempts left)",
                     left + 1
                 ));
+                // Sends reported complete as it was first handed over (it
+                // failed after that, at the provider) stay complete: the
+                // resend carries none, as their requests may be reused.
+                if let Some(Op::Packet(p)) = self.ops.get_mut(id) {
+                    if p.reported {
+                        p.carried = Carried::None;
+                    }
+                }
                 self.rebuffer(id, out);
                 self.requeue(rail, id);
                 return;
@@ -697,6 +705,7 @@ impl Core {
             };
             out.actions.push(self.send_action(id, p));
         } else {
+            self.count_held(id);
             self.requeue(rail, id);
         }
     }

@@ -206,6 +206,12 @@ impl World {
             } => {
                 let r = rail.index();
                 let to = dest.0 as usize;
+                if self.plan.refuse_dead && !self.nodes[to].alive {
+                    self.nodes[n]
+                        .core
+                        .on_post_failed(Posted::Op(op), PostError::Again, out);
+                    return;
+                }
                 let reg_ok = self.check_mr(n, r, mr, head, Access::Send, "Send");
                 if payload.is_some() && self.rails.profiles[r].mr_local {
                     self.fail(&format!(
@@ -403,6 +409,7 @@ impl World {
                 );
                 // No error completion can follow an inline packet.
                 let refused = match self.draw(inj, 0, true) {
+                    _ if self.plan.refuse_dead && !self.nodes[to].alive => Some(PostError::Again),
                     Inject::Again => Some(PostError::Again),
                     Inject::Hard(code) => Some(PostError::Hard(code)),
                     _ => None,

@@ -13,7 +13,7 @@ use super::fabric::World;
 use super::profiles::{fault_set, profile_set};
 use super::rng::Rng;
 use super::workload::{Busy, Cmd, ConsumerKind, Death, MsgSpec, Plan, Stall, CTX_ANY_SOURCE};
-use crate::proto::Status;
+use crate::proto::{Stats, Status};
 
 /// Peer timeout of these cases (ns): probes every quarter of it. Four
 /// times the slowest simulated completion (a transport that takes longer
@@ -37,6 +37,11 @@ enum Fate {
     /// report their failure only 1000 timeouts later (a provider that
     /// retries a refused connection).
     DiesHeld,
+    /// Dies at `HELD_DEATH` ns, after its first messages; posts to it are
+    /// refused with EAGAIN from then on (a full ring whose reader died,
+    /// rxm reconnecting to an exited process): nothing to it is ever in
+    /// flight.
+    DiesRefusing,
     /// Takes nothing in for 20 timeouts (its socket buffers full): sends
     /// to it, the probes included, complete only then.
     Stalled,
@@ -81,15 +86,16 @@ fn run(
     }
     plan.peer_timeout = Some(TIMEOUT);
     match fate {
-        Fate::DiesEarly | Fate::DiesMidRndv | Fate::DiesHeld => {
+        Fate::DiesEarly | Fate::DiesMidRndv | Fate::DiesHeld | Fate::DiesRefusing => {
             if matches!(fate, Fate::DiesHeld) {
                 plan.held_to_dead = 1000 * TIMEOUT;
             }
+            plan.refuse_dead = matches!(fate, Fate::DiesRefusing);
             plan.death = Some(Death {
                 node: 1,
                 at: match fate {
                     Fate::DiesEarly => 50,
-                    Fate::DiesHeld => HELD_DEATH,
+                    Fate::DiesHeld | Fate::DiesRefusing => HELD_DEATH,
                     _ => 200 * TIMEOUT,
                 },
                 lost_after: u64::MAX,
@@ -355,6 +361,44 @@ fn sim_liveness_backlog_to_a_stalled_peer_is_not_a_failure() {
                 !w.nodes[0].core.peer_is_lost(peer),
                 "{what}: node 1 given up"
             );
+        }
+    }
+}
+
+/// Node 1 talks to node 0, then dies; later node 0 sends it three small
+/// messages and waits for nothing else from it. Every post to the dead
+/// node is refused (EAGAIN), so the copied sends wait in the queue,
+/// incomplete (`proto::held`), with nothing in flight: their peer counts
+/// as waited on, the probe that cannot leave (or, on shm, the process
+/// check) gives it up, and the sends fail instead of waiting for ever.
+#[test]
+fn sim_liveness_sends_held_for_a_dead_peer_fail() {
+    for profile in ["efa", "tcp-rxm", "shm"] {
+        for fault in FAULTS {
+            let mut specs = vec![msg(1, 0, 0, 10, false)];
+            specs.extend((1..4).map(|i| msg(0, 1, i, 100, false)));
+            let w = run(profile, fault, specs, &[1, 2, 3], false, Fate::DiesRefusing);
+            let what = format!("{profile}/{fault}");
+            assert_eq!(
+                recv_status(&w, 0),
+                Some(Status::Ok),
+                "{what}: first message"
+            );
+            for i in 1..4 {
+                assert_eq!(
+                    send_status(&w, i),
+                    Some(Status::Failed),
+                    "{what}: send {i} to the dead node"
+                );
+            }
+            let held: u64 = w
+                .nodes
+                .iter()
+                .map(|n| Stats::get(&n.stats.held_sends))
+                .sum();
+            assert!(held > 0, "{what}: no send was held");
+            let peer = w.nodes[0].peer_of[1].expect("a peer");
+            assert!(w.nodes[0].core.peer_is_lost(peer), "{what}: node 1 kept");
         }
     }
 }

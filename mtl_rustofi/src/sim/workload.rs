@@ -107,6 +107,9 @@ pub(crate) struct Plan {
     /// Sends to a dead node report their failure only this much later
     /// (ns; 0: at once).
     pub(crate) held_to_dead: u64,
+    /// Posts to a dead node are refused with EAGAIN for ever (a full ring
+    /// whose reader died; rxm reconnecting to an exited process).
+    pub(crate) refuse_dead: bool,
 }
 
 /// Node `node` handles none of its events from `from` to `until` (ns): a
@@ -458,6 +461,7 @@ impl Plan {
             peer_timeout: None,
             busy: None,
             held_to_dead: 0,
+            refuse_dead: false,
             send_queue: SEND_QUEUE,
             stall: None,
         }

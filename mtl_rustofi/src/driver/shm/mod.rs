@@ -5,7 +5,7 @@
 //! - **Packets** (eager, control, rendezvous data) go into the ring from
 //!   this rank to the peer ([`ring`]): one copy in, and the receiver's
 //!   core reads them straight from the ring (matching copies the payload
-//!   out). A send is complete once copied, like an inject; a full ring
+//!   out). A packet's post is complete once copied, like an inject; a full ring
 //!   refuses it with `Again`, which the core queues and retries, so the
 //!   ring applies back-pressure and never drops or overwrites.
 //! - **Receive posts** cost nothing: the rail has one receive "slot",
