@@ -18,6 +18,13 @@
 //! completions back out of the output ([`Core::recall_carried`]); they
 //! are reported again when the packet is handed over from the queue, or as
 //! failed if it fails for good.
+//!
+//! Two consequences elsewhere: a packet that fails at the provider after
+//! it was handed over is resent carrying no sends (they were reported and
+//! stay complete: `Core::op_failed`); and a peer with a queued packet that
+//! carries unreported sends counts as waited on for the liveness probes
+//! (`proto::liveness`), so that a dead peer whose posts are refused for
+//! ever is given up and the sends fail rather than wait for ever.
 
 use super::action::{Event, Out, Status};
 use super::ids::{OpId, ReqId};
