@@ -22,9 +22,10 @@
 //! Two consequences elsewhere: a packet that fails at the provider after
 //! it was handed over is resent carrying no sends (they were reported and
 //! stay complete: `Core::op_failed`); and a peer with a queued packet that
-//! carries unreported sends counts as waited on for the liveness probes
-//! (`proto::liveness`), so that a dead peer whose posts are refused for
-//! ever is given up and the sends fail rather than wait for ever.
+//! carries unreported sends and that the provider refused counts as
+//! waited on for the liveness probes (`proto::liveness`), so that a dead
+//! peer whose posts are refused for ever is given up (where the probes can
+//! tell) and the sends fail rather than wait for ever.
 
 use super::action::{Event, Out, Status};
 use super::ids::{OpId, ReqId};
@@ -306,5 +307,39 @@ mod tests {
             "the new send's completion stays"
         );
         assert_eq!(Stats::get(&c.stats().held_sends), 0);
+    }
+
+    /// A held send makes its peer waited on (probed, and given up if
+    /// dead) only once the provider has refused its packet: one that
+    /// waits only for a credit, held by transfers to another peer, says
+    /// nothing of its own peer.
+    #[test]
+    fn only_a_refused_packet_makes_its_peer_waited_on() {
+        let (mut c, peers) = crate::proto::test_core::net_core("tcp;ofi_rxm", &[2, 3]);
+        let (busy, quiet) = (peers[0], peers[1]);
+        let mut data = vec![[4u8; 64]; 66];
+        let mut out = Out::new();
+        let (to_busy, rest) = data.split_at_mut(64);
+        for (i, d) in to_busy.iter_mut().enumerate() {
+            send(&mut c, busy, d, 100 + i, &mut out);
+        }
+        assert_eq!(sent_ops(&out).len(), 64, "every credit in use");
+        send(&mut c, quiet, &mut rest[0], 1, &mut out);
+        assert_eq!(c.leftovers().retry, 1, "queued for a credit");
+        assert!(
+            !c.waited_peers()[quiet.index()],
+            "a credit wait is no evidence"
+        );
+        // A credit frees; the packet goes and the provider refuses it.
+        let first = sent_ops(&out)[0];
+        let mut next = Out::new();
+        c.on_complete(first, &mut next);
+        c.tick(&mut next);
+        let op = sent_ops(&next)[0];
+        c.on_post_failed(Posted::Op(op), PostError::Again, &mut next);
+        assert!(
+            c.waited_peers()[quiet.index()],
+            "refused: its peer is waited on"
+        );
     }
 }

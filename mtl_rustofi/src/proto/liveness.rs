@@ -6,7 +6,9 @@
 //! busy outside MPI for minutes does not progress and so answers nothing,
 //! yet must not be failed. Only towards peers that something waits on (a
 //! rendezvous in either role, a synchronous send, a send deferred by flow
-//! control, a receive or probe posted for that source) and that have been silent for a probe
+//! control, a copied send whose packet the provider refused and that
+//! waits in the queue, a receive or probe posted for that source) and that
+//! have been silent for a probe
 //! interval, the core sends a `Ping`:
 //! - the `Ping` is a plain packet that is never injected, so a provider
 //!   that knows the peer's process is gone (a reset connection on
@@ -380,7 +382,7 @@ impl Core {
     }
 
     /// Which peers something waits on (index = peer).
-    fn waited_peers(&mut self) -> Vec<bool> {
+    pub(super) fn waited_peers(&mut self) -> Vec<bool> {
         let mut w = vec![false; self.peers.len()];
         for s in self.rndv_send.values() {
             w[s.peer.index()] = true;
@@ -394,13 +396,16 @@ impl Core {
         for &p in self.flow.waiting() {
             w[p.index()] = true;
         }
-        // Copied sends whose packet waits in a queue (`held`): complete
-        // only once it goes, which a dead peer's refusals never let it.
+        // Copied sends whose packet the provider refused and which waits
+        // in a queue (`held`): complete only once it goes, which a dead
+        // peer's refusals never let it. A packet that only waits for a
+        // credit (held by transfers to other peers) says nothing of its
+        // peer and does not count.
         if self.queued {
             for r in &self.rails {
                 for &id in &r.retry {
                     if let Some(Op::Packet(p)) = self.ops.get(id) {
-                        if !p.reported && !p.carried.is_none() {
+                        if p.refused && !p.reported && !p.carried.is_none() {
                             w[p.peer.index()] = true;
                         }
                     }

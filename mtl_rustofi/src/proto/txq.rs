@@ -81,6 +81,10 @@ pub(super) struct Packet {
     /// while it waits in the rail's queue ([`super::held`]).
     pub(super) carried: Carried,
     pub(super) reported: bool,
+    /// The provider refused it at least once: evidence against its peer
+    /// when it carries held sends (`Core::waited_peers`), which a packet
+    /// that only waits for a credit is not.
+    pub(super) refused: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -397,6 +401,9 @@ impl Core {
         if let Posted::Op(id) = what {
             // Queued again or failed: its sends are not complete yet.
             self.recall_carried(id, out);
+            if let Some(Op::Packet(p)) = self.ops.get_mut(id) {
+                p.refused = true;
+            }
         }
         match (what, err) {
             (Posted::Rx(rail, slot), PostError::Again) => {
@@ -694,6 +701,7 @@ impl Core {
             held,
             carried,
             reported: goes,
+            refused: false,
         }));
         // Packets always take a credit, so the generic `submit_op` and
         // `emit` (a match over every kind) are skipped on this, the
