@@ -10,7 +10,8 @@ use super::action::Out;
 use super::eager::{put_eager, SendArgs};
 use super::held::Carried;
 use super::ids::{PeerId, ReqId};
-use super::txq::{AfterSend, TxBuf};
+use super::txbuf::TxBuf;
+use super::txq::AfterSend;
 use super::{Core, Stats};
 use crate::wire::{self, Kind};
 

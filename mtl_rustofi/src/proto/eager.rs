@@ -330,13 +330,7 @@ impl Core {
         let p = &mut self.peers[peer.index()];
         p.tx_bytes = p.tx_bytes.wrapping_sub(n as u64);
         self.uncount_rail_tx(rail, n);
-        if let Some(i) = out
-            .events
-            .iter()
-            .rposition(|e| matches!(e, Event::Send { req: r, .. } if *r == req))
-        {
-            out.events.remove(i);
-        }
+        super::held::take_back(req, out);
         let mut b = self.take_tx_for(rail, n, out);
         b.mem[..wire::BASE_LEN].copy_from_slice(head);
         payload.read_into(&mut b.mem[wire::BASE_LEN..]);

@@ -72,6 +72,18 @@ impl Carried {
     }
 }
 
+/// Takes send `req`'s completion back out of `out`, if it is there (a
+/// packet of `Action::SendInline`, refused: see `Core::on_inline_refused`).
+pub(super) fn take_back(req: ReqId, out: &mut Out) {
+    if let Some(i) = out
+        .events
+        .iter()
+        .rposition(|e| matches!(e, Event::Send { req: r, .. } if *r == req))
+    {
+        out.events.remove(i);
+    }
+}
+
 /// Whether `e` is the successful completion of one of `reqs`.
 fn completes_one_of(e: &Event, reqs: &[ReqId]) -> bool {
     matches!(e, Event::Send { req, status: Status::Ok } if reqs.contains(req))

@@ -13,8 +13,8 @@
 //! One file per concern, in the manner of UCX's `ucp/tag` and `ucp/rndv`:
 //! - [`ids`]: typed ids and the slab they index;
 //! - [`action`]: actions, events and the driver's reports;
-//! - [`txq`]: transmit bounce buffers, operations, credits, retries and
-//!   the failure policy;
+//! - [`txbuf`]: transmit bounce buffers, their pools and registration;
+//! - [`txq`]: operations, credits, retries and the failure policy;
 //! - [`peers`]: peers, incoming packets and per-peer ordering;
 //! - [`recv`]: posted receives, probes, cancels and delivery of a match;
 //! - [`eager`]: eager and synchronous eager messages;
@@ -56,6 +56,7 @@ mod stall;
 mod stripe;
 #[cfg(test)]
 mod test_core;
+mod txbuf;
 mod txq;
 mod usermr;
 
@@ -79,7 +80,8 @@ use rndv::{RecvRndv, SendRndv};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use txq::{MrUse, Op, TxBuf};
+use txbuf::{MrUse, TxBuf};
+use txq::Op;
 
 /// What the core needs to know of a rail's provider.
 #[derive(Clone, Debug)]
@@ -255,7 +257,7 @@ struct Rail {
     profile: RailProfile,
     /// Free bounce buffers of the rail's full size.
     tx_free: Vec<TxBuf>,
-    /// Free small bounce buffers ([`txq::SMALL_BUF`]).
+    /// Free small bounce buffers ([`txbuf::SMALL_BUF`]).
     tx_small: Vec<TxBuf>,
     /// Bounce buffers in existence (free, queued, posted or bundled).
     tx_total: usize,

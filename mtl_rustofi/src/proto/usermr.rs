@@ -10,7 +10,7 @@
 use super::action::{Access, Out};
 use super::ids::{MrId, RailId};
 use super::mrcache::{CacheBound, MrCache};
-use super::txq::MrUse;
+use super::txbuf::MrUse;
 use super::{Core, Stats};
 use crate::memrelease::{Drained, ReleaseRing};
 use crate::usermem::Region;

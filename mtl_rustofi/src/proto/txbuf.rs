@@ -1,0 +1,202 @@
+//! Transmit bounce buffers: the per-rail pools (full-size and small
+//! buffers), their registration on FI_MR_LOCAL rails, and what a
+//! registration the driver reports is for. The transmit queue
+//! ([`super::txq`]) takes a buffer per packet and returns it when the
+//! packet is reported.
+
+use super::action::{Access, Action, Out};
+use super::ids::{Cookie, MrId, OpId, RailId, RndvId};
+use super::txq::Op;
+use super::Core;
+use crate::usermem::Region;
+
+/// A transmit bounce buffer and its registration (FI_MR_LOCAL rails).
+pub(super) struct TxBuf {
+    pub(super) mem: Box<[u8]>,
+    pub(super) mr: Option<MrId>,
+}
+
+impl TxBuf {
+    pub(super) fn region(&self, len: usize) -> Region {
+        Region {
+            addr: self.mem.as_ptr() as usize,
+            len,
+        }
+    }
+}
+
+/// What a registration is for; consulted when the driver reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum MrUse {
+    /// A pool bounce buffer (lives as long as the buffer).
+    TxBuf,
+    /// A pool bounce buffer whose registration failed: sends from it fail.
+    Failed,
+    /// The user buffer of a rendezvous send.
+    RndvSend(Cookie),
+    /// The user buffer of a rendezvous receive.
+    RndvRecv(RndvId),
+}
+
+/// Size of the small bounce buffers: a header and a small payload. A packet
+/// that fits takes one of these instead of a buffer of the rail's full
+/// size (64 KiB over tcp), so that many small sends queued at once hold
+/// little memory.
+pub(super) const SMALL_BUF: usize = 256;
+
+impl Core {
+    /// A free bounce buffer of the rail, made (and registered where the
+    /// rail needs it) if the pool is empty.
+    #[inline]
+    pub(super) fn take_tx(&mut self, rail: RailId, out: &mut Out) -> TxBuf {
+        let size = self.rails[rail.index()].profile.buf_size;
+        self.take_sized(rail, size, out)
+    }
+
+    /// A bounce buffer for a packet of `need` bytes: a small one where it
+    /// fits, else one of the rail's full size.
+    #[inline]
+    pub(super) fn take_tx_for(&mut self, rail: RailId, need: usize, out: &mut Out) -> TxBuf {
+        let full = self.rails[rail.index()].profile.buf_size;
+        let size = if need <= SMALL_BUF && SMALL_BUF < full {
+            SMALL_BUF
+        } else {
+            full
+        };
+        self.take_sized(rail, size, out)
+    }
+
+    #[inline]
+    fn take_sized(&mut self, rail: RailId, size: usize, out: &mut Out) -> TxBuf {
+        let r = &mut self.rails[rail.index()];
+        let pool = if size == r.profile.buf_size {
+            &mut r.tx_free
+        } else {
+            &mut r.tx_small
+        };
+        if let Some(b) = pool.pop() {
+            return b;
+        }
+        r.tx_total += 1;
+        let mem = vec![0u8; size].into_boxed_slice();
+        let mut b = TxBuf { mem, mr: None };
+        if r.profile.mr_local {
+            let region = b.region(b.mem.len());
+            b.mr = Some(self.register(rail, region, Access::Send, MrUse::TxBuf, out));
+        }
+        b
+    }
+
+    /// Returns a bounce buffer to its pool. Bursts beyond the provider's
+    /// queue depth grow the pool (each queued eager send holds its copy);
+    /// the excess is freed again as the burst drains, and each free list's
+    /// own array is shrunk once it empties after a burst.
+    #[inline]
+    pub(super) fn recycle_tx(&mut self, rail: RailId, b: TxBuf, out: &mut Out) {
+        let unusable = self.tx_unusable(&b);
+        let r = &mut self.rails[rail.index()];
+        let keep = r.profile.tx_depth.max(256);
+        let pool = if b.mem.len() == r.profile.buf_size {
+            &mut r.tx_free
+        } else {
+            &mut r.tx_small
+        };
+        if !unusable && pool.len() < keep {
+            pool.push(b);
+            return;
+        }
+        r.tx_total -= 1;
+        if let Some(mr) = b.mr {
+            self.deregister(mr, out);
+            // The driver releases the registration before the next input,
+            // when the memory is freed.
+            self.retired.push(b.mem);
+        }
+    }
+
+    /// Whether the buffer's registration failed: every send from it fails,
+    /// so it must leave the pool.
+    fn tx_unusable(&self, b: &TxBuf) -> bool {
+        b.mr.is_some_and(|m| self.mrs.get(m) == Some(&MrUse::Failed))
+    }
+
+    /// Before a packet is resent: if its buffer's registration failed,
+    /// the packet moves to a fresh buffer (else every resend would fail
+    /// the same way and the peer would be given up over one failed
+    /// registration).
+    pub(super) fn rebuffer(&mut self, id: OpId, out: &mut Out) {
+        let rail = match self.ops.get(id) {
+            Some(Op::Packet(p)) if self.tx_unusable(&p.buf) => p.rail,
+            _ => return,
+        };
+        let mut fresh = self.take_tx(rail, out);
+        let Some(Op::Packet(p)) = self.ops.get_mut(id) else {
+            unreachable!("checked above")
+        };
+        fresh.mem[..p.len].copy_from_slice(&p.buf.mem[..p.len]);
+        let old = std::mem::replace(&mut p.buf, fresh);
+        self.recycle_tx(rail, old, out);
+    }
+
+    /// Asks for a registration and notes what it is for.
+    pub(super) fn register(
+        &mut self,
+        rail: RailId,
+        region: Region,
+        access: Access,
+        what: MrUse,
+        out: &mut Out,
+    ) -> MrId {
+        let requested_key = if self.rails[rail.index()].profile.mr_prov_key {
+            0
+        } else {
+            self.next_key += 1;
+            self.next_key
+        };
+        let mr = self.mrs.insert(what);
+        out.actions.push(Action::Register {
+            mr,
+            rail,
+            region,
+            access,
+            requested_key,
+        });
+        mr
+    }
+
+    pub(super) fn deregister(&mut self, mr: MrId, out: &mut Out) {
+        if self.mrs.remove(mr).is_some() {
+            out.actions.push(Action::Deregister { mr });
+        }
+    }
+
+    /// The driver's answer to a `Register` action: the key on success.
+    pub(crate) fn on_registered(&mut self, mr: MrId, result: Result<u64, i32>, out: &mut Out) {
+        let Some(&what) = self.mrs.get(mr) else {
+            return;
+        };
+        match (what, result) {
+            (MrUse::TxBuf, Ok(_)) | (MrUse::Failed, _) => {}
+            (MrUse::TxBuf, Err(code)) => {
+                self.count_error();
+                self.error(&format!(
+                    "cannot register a bounce buffer: {}",
+                    crate::fabric::strerror(-code)
+                ));
+                // Sends from this buffer fail (and are handled as failed
+                // posts); the id stays so that its release is reported.
+                if let Some(u) = self.mrs.get_mut(mr) {
+                    *u = MrUse::Failed;
+                }
+            }
+            (MrUse::RndvSend(cookie), r) => {
+                self.user_registered(mr, r);
+                self.rndv_send_registered(cookie, mr, r, out)
+            }
+            (MrUse::RndvRecv(id), r) => {
+                self.user_registered(mr, r);
+                self.rndv_recv_registered(id, mr, r, out)
+            }
+        }
+    }
+}
