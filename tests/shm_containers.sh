@@ -51,8 +51,19 @@
 #               Cross-memory attach to the pid a peer published would read
 #               the wrong process (with a probe word of fixed value, a
 #               rank read itself, and big_checksum found the bytes wrong):
-#               the peer's word must be refused ("does not hold the peer's
-#               probe word"), MPI_Init fails, and no checksum is wrong.
+#               each rank must refuse the peer's word ("does not hold the
+#               peer's probe word ... come through the rings" at verbose
+#               2), answer its read rendezvous as message rendezvous
+#               (reads_declined in the finalize line) and pass, with no
+#               checksum wrong.
+#   pidns-cma-read  the same with mtl_rustofi_rndv_protocol read:
+#               MPI_Init fails, naming the reason and the setting.
+#   mixed-cma   np 2 on one host, rank 0 under a seccomp filter that
+#               forbids cross-memory attach (tests/mpi/containers/no_cma.c)
+#               and rank 1 not: rank 0 reports cma=off and rndv=msg, rank
+#               1 cma=on and rndv=read; rank 0 answers rank 1's read
+#               rendezvous as message rendezvous (reads_declined), and
+#               big_checksum passes.
 #   pidns-busy  np 3, the message rendezvous (no cross-memory attach),
 #               each rank's pid 100 apart in its namespace so that none
 #               names a rank in another's: tests/mpi/peerfail/peer_death.c
@@ -83,6 +94,8 @@ BUSY=$BUILD_DIR/peer_death
 mpicc -O2 -o "$FILL" "$REPO/tests/mpi/containers/fill_rings.c"
 mpicc -O2 -o "$FLOOD" "$REPO/tests/mpi/flood/flood.c"
 mpicc -O2 -o "$CHECKSUM" "$REPO/tests/mpi/big_checksum.c"
+NO_CMA=$BUILD_DIR/no_cma
+mpicc -O2 -o "$NO_CMA" "$REPO/tests/mpi/containers/no_cma.c"
 mpicc -O2 -pthread -o "$BUSY" "$REPO/tests/mpi/peerfail/peer_death.c"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_mca_base_component_path=$RUSTOFI_MCA_DIR:$OMPI_COMPONENT_DIR
@@ -138,7 +151,8 @@ with_pidns=(unshare --kill-child -p -f sh -c '
 # (each rank a tmpfs of its own, as in containers that share the host's
 # name but not its /dev/shm), pidns (each rank a PID namespace of its own)
 # or pidns-norand (each rank pid 1 of a PID namespace of its own, with
-# address randomisation off: a peer's pid names this rank). The program
+# address randomisation off: a peer's pid names this rank), or none (the
+# ranks as mpirun starts them; the program may name app contexts). The program
 # is fill_rings at np 4 (np 2 for rank: and pidns) unless given; CASE_NP
 # and PASS_RE, when set, say the count and the line a passing run prints.
 run_case() {
@@ -255,14 +269,47 @@ n=$(count "$BUILD_DIR/separate-tcp.log" 'provider=tcp;ofi_rxm .*net_peers=1 shm_
 # peer's pid names another process here (pid 1 names this rank itself,
 # whose probe word is at the peer's address), which must be refused, not
 # read from.
-run_case pidns-cma pidns-norand fail --mca pml cm -- "$CHECKSUM"
-if [[ $(count "$BUILD_DIR/pidns-cma.log" "does not hold the peer's probe word") -lt 1 ]]; then
-    fail pidns-cma "no message that the peer's probe word is not there (log $BUILD_DIR/pidns-cma.log)"
+# Each rank then answers the other's read rendezvous as message
+# rendezvous (the data through the rings), and says why at verbose 2.
+PASS_RE='PASS big_checksum' run_case pidns-cma pidns-norand pass --mca pml cm \
+    --mca mtl_rustofi_verbose 2 -- "$CHECKSUM"
+if [[ $(count "$BUILD_DIR/pidns-cma.log" "does not hold the peer's probe word.*come through the rings") -ne 2 ]]; then
+    fail pidns-cma "not both ranks said the peer's probe word is not there (log $BUILD_DIR/pidns-cma.log)"
 fi
 if [[ $(count "$BUILD_DIR/pidns-cma.log" 'checksum mismatch') -gt 0 ]]; then
     fail pidns-cma "a message was read from another process (log $BUILD_DIR/pidns-cma.log)"
 fi
-((CASE_FAILED)) || echo "ok   shm_containers pidns-cma (a PID namespace per rank: the wrong process's probe word refused, no bytes read from it)"
+if [[ $(count "$BUILD_DIR/pidns-cma.log" 'shm=rustofi-shm .*reads_declined=[1-9]') -ne 2 ]]; then
+    fail pidns-cma "not both ranks declined reads on the rail (log $BUILD_DIR/pidns-cma.log)"
+fi
+((CASE_FAILED)) || echo "ok   shm_containers pidns-cma (a PID namespace per rank: the wrong process's probe word refused, nothing read from it, large messages through the rings)"
+
+# The same with reads asked for by name: MPI_Init fails, and says why.
+run_case pidns-cma-read pidns-norand fail --mca pml cm \
+    --mca mtl_rustofi_rndv_protocol read -- "$CHECKSUM"
+if [[ $(count "$BUILD_DIR/pidns-cma-read.log" "does not hold the peer's probe word.*rndv_protocol is read") -lt 1 ]]; then
+    fail pidns-cma-read "no message that the peer cannot be read (log $BUILD_DIR/pidns-cma-read.log)"
+fi
+((CASE_FAILED)) || echo "ok   shm_containers pidns-cma-read (the same with rndv_protocol read: MPI_Init fails with the reason)"
+
+# Ranks of one host that differ: rank 0 under a seccomp filter that
+# forbids cross-memory attach (tests/mpi/containers/no_cma.c), rank 1
+# without. Rank 1 sends read rendezvous, which rank 0 answers as message
+# rendezvous; rank 0 sends message rendezvous. Every transfer of
+# big_checksum (both ways, and both at once) arrives intact.
+CASE_NP=1 PASS_RE='PASS big_checksum' run_case mixed-cma none pass --mca pml cm \
+    --mca mtl_rustofi_verbose 2 -- "$NO_CMA" "$CHECKSUM" : -np 1 "$CHECKSUM"
+if grep -aq 'no_cma: cannot' "$BUILD_DIR/mixed-cma.log"; then
+    fail mixed-cma "the seccomp filter could not be set (log $BUILD_DIR/mixed-cma.log)"
+fi
+if [[ $(count "$BUILD_DIR/mixed-cma.log" 'local_rank=0 of 2 .*cma=off (process_vm_readv.*not permitted.*rndv=msg') -ne 1 ]] ||
+    [[ $(count "$BUILD_DIR/mixed-cma.log" 'local_rank=1 of 2 .*cma=on rndv=read') -ne 1 ]]; then
+    fail mixed-cma "rank 0 without and rank 1 with cross-memory attach expected (log $BUILD_DIR/mixed-cma.log)"
+fi
+if [[ $(count "$BUILD_DIR/mixed-cma.log" 'rank=0 .*shm=rustofi-shm .*reads_declined=[1-9]') -ne 1 ]]; then
+    fail mixed-cma "rank 0 declined no read rendezvous (log $BUILD_DIR/mixed-cma.log)"
+fi
+((CASE_FAILED)) || echo "ok   shm_containers mixed-cma (one rank without cross-memory attach: its peer's read rendezvous come as data packets, 64 MiB both ways intact)"
 
 # A busy peer in another PID namespace is not taken for dead on the word
 # of this namespace's process table.

@@ -44,6 +44,7 @@ pub(crate) const PVARS: &[Pvar] = &[
     Pvar { name: c"rndv_repairs", desc: c"Repairs of a stalled message rendezvous (a control or data packet lost whole)", class: Counter, read: |s| &s.rndv_repairs },
     Pvar { name: c"rx_lost", desc: c"Packets the provider lost on receive (rendezvous data among them is sent again)", class: Counter, read: |s| &s.rx_lost },
     Pvar { name: c"held_sends", desc: c"Copied eager sends held incomplete because their packet waited in the component's queue (a full queue, a refusal while a connection is set up), counted each time it was queued", class: Counter, read: |s| &s.held_sends },
+    Pvar { name: c"reads_declined", desc: c"Read rendezvous this rank answered as message rendezvous because it cannot read the sender's memory (cross-memory attach not permitted here, or not reaching that process)", class: Counter, read: |s| &s.reads_declined },
     Pvar { name: c"coalesced", desc: c"Eager messages that shared a packet with an earlier one", class: Counter, read: |s| &s.coalesced },
     Pvar { name: c"mr_reg", desc: c"Registrations of user buffers made for rendezvous transfers", class: Counter, read: |s| &s.mr_reg },
     Pvar { name: c"mr_hits", desc: c"Rendezvous transfers served a cached registration", class: Counter, read: |s| &s.mr_hits },

@@ -748,7 +748,7 @@ impl Engine {
              sent_bytes={} recv_msgs={} recv_bytes={} eager={} rndv={} unexpected={} errors={} \
              coalesced={} mr_reg={} mr_hits={} net_tx_bytes={} net_rx_bytes={} shm_tx_bytes={} \
              shm_rx_bytes={} stripe_nics={} striped={} stripe_rx_bytes={} rx_lost={} \
-             rndv_repairs={}",
+             rndv_repairs={} reads_declined={}",
             self.provider,
             self.nic,
             self.shm_provider().unwrap_or("off"),
@@ -778,6 +778,7 @@ impl Engine {
             g(&s.stripe_bytes),
             g(&s.rx_lost),
             g(&s.rndv_repairs),
+            g(&s.reads_declined),
         )
     }
 }

@@ -26,9 +26,14 @@ pub(super) fn add_peer(
             if let Some(remote) = info.rail(RailKind::Local) {
                 let l = st.driver.local_mut().expect("the local rail is open");
                 if let Some(addr) = l.insert_if_reachable(&remote.addr, name) {
+                    let addr = addr?;
+                    let readable = l.reads_from(addr);
                     let p = st
                         .core
-                        .add_peer(name, rail, addr?, remote.max_eager as usize);
+                        .add_peer(name, rail, addr, remote.max_eager as usize);
+                    if !readable {
+                        st.core.set_peer_unreadable(p);
+                    }
                     if info.pid_is_ours(crate::driver::shm::cma::own_pid_ns()) {
                         st.core.set_peer_pid(p, info.pid);
                     }

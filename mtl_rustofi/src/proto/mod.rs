@@ -189,6 +189,9 @@ pub(crate) struct Stats {
     /// rail's queue ([`held`]): counted each time such a packet is queued
     /// (at once, or refused by the provider).
     pub(crate) held_sends: AtomicU64,
+    /// Read rendezvous answered as message rendezvous: this rank cannot
+    /// read the sender's memory ([`Core::set_peer_unreadable`]).
+    pub(crate) reads_declined: AtomicU64,
 }
 
 /// A level and its high-water mark. Only the progress-token holder changes

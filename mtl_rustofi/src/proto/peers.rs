@@ -43,6 +43,11 @@ pub(super) struct Peer {
     /// Nothing more can be exchanged with it (a packet to it failed for
     /// good, or the runtime said it is gone): sends to it fail at once.
     pub(super) lost: bool,
+    /// This rank cannot read the peer's memory, though the peer's rail
+    /// may (the own rail where cross-memory attach is not permitted here,
+    /// or does not reach that process): a read rendezvous from it is
+    /// answered as a message rendezvous ([`Core::set_peer_unreadable`]).
+    pub(super) no_read: bool,
 }
 
 impl Peer {
@@ -86,9 +91,19 @@ impl Core {
             tx_seq: 0,
             order: Reorder::new(),
             lost: false,
+            no_read: false,
         });
         self.by_name.insert(name, id);
         id
+    }
+
+    /// Records that this rank cannot read `peer`'s memory: its read
+    /// rendezvous are answered with a grant for data packets, which a
+    /// sender waiting for the read's FIN takes as well. Ranks of one host
+    /// may differ here (a seccomp profile per container, a PID namespace
+    /// per rank), and each side knows only its own reach.
+    pub(crate) fn set_peer_unreadable(&mut self, peer: PeerId) {
+        self.peers[peer.index()].no_read = true;
     }
 
     /// The peer of a name, if added.

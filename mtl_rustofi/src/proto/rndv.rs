@@ -402,8 +402,16 @@ impl Core {
             return;
         }
         let want = hdr.len.min(p.buf.len() as u64) as usize;
-        let msg = has(hdr, wire::FLAG_RNDV_MSG);
-        let read = !msg && !has(hdr, wire::FLAG_RNDV_SEND);
+        let asked_read = !has(hdr, wire::FLAG_RNDV_MSG | wire::FLAG_RNDV_SEND);
+        // A read this rank cannot make is answered with a grant for data
+        // packets: the sender, waiting for the read's FIN, takes a grant
+        // too (`on_cts_msg`) and sends from its buffer.
+        let declined = asked_read && self.peers[peer.index()].no_read;
+        if declined {
+            Stats::bump(&self.stats.reads_declined, 1);
+        }
+        let msg = has(hdr, wire::FLAG_RNDV_MSG) || declined;
+        let read = asked_read && !declined;
         let rail = self.peers[peer.index()].rail;
         if !read && !msg && !self.rails[rail.index()].profile.tagged {
             // The sender asked for tagged data, which this rank does not

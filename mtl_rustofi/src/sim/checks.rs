@@ -399,6 +399,9 @@ pub(crate) struct Coverage {
     /// Copied sends whose completion waited for a rail to take their
     /// refused packet.
     pub(crate) held_sends: u64,
+    /// Read rendezvous a node answered as message rendezvous (it cannot
+    /// read the sender).
+    pub(crate) reads_declined: u64,
     /// Tagged receives the core cancelled (an aborted send rendezvous).
     pub(crate) chunks_cancelled: u64,
     /// Rendezvous served a cached registration.
@@ -475,6 +478,7 @@ impl Coverage {
             self.stripe_bytes += Stats::get(&n.stats.stripe_bytes);
             self.coalesced += Stats::get(&n.stats.coalesced);
             self.held_sends += Stats::get(&n.stats.held_sends);
+            self.reads_declined += Stats::get(&n.stats.reads_declined);
             self.unexpected += Stats::get(&n.stats.unexpected);
             self.unexpected_peak += Stats::get(&n.stats.unexpected_now.peak);
             self.errors += Stats::get(&n.stats.errors);

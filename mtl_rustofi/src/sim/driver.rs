@@ -444,6 +444,13 @@ impl World {
                         "node {n}: Read into {local:?}, which is no request's memory"
                     ));
                 }
+                if self.rails.cannot_read(n, src.0 as usize) {
+                    self.fail(&format!(
+                        "node {n}: Read from node {}, whose memory it cannot read (its read \
+                         rendezvous must be answered with a message grant)",
+                        src.0
+                    ));
+                }
                 self.maybe_die_on_chunk(n, src.0 as usize);
                 let inj = self.ask(n, r, PostKind::Read, Some(op), Some(local), None);
                 let fail =

@@ -458,7 +458,7 @@ impl World {
                 send_queue_limit: plan.send_queue.0,
                 send_queue_total: plan.send_queue.1,
             };
-            let mut core = Core::new(cfg, rails.profiles.clone(), stats.clone());
+            let mut core = Core::new(cfg, rails.profiles_of(i), stats.clone());
             core.set_peer_timeout(plan.peer_timeout.map(Duration::from_nanos));
             core.set_repair_after(Duration::from_nanos(REPAIR_AFTER));
             // Most nodes cache registrations, with small bounds so that
@@ -476,6 +476,9 @@ impl World {
                         core.add_peer(j as u64 + 1, RailId(r as u8), FiAddr(j as u64), max_eager);
                     if rails.profiles[r].kind == crate::wire::RailKind::Shm {
                         core.set_peer_pid(id, 1000 + j as u32);
+                    }
+                    if rails.cannot_read(i, j) {
+                        core.set_peer_unreadable(id);
                     }
                     // Stripe endpoint i of both sides, as far as both have one.
                     for ((k, rail), _) in rails.stripes_of(i).zip(rails.stripes_of(j)) {

@@ -15,6 +15,10 @@ pub(crate) struct Rails {
     pub(crate) stripes: usize,
     /// Odd nodes have one stripe endpoint fewer (a peer with fewer NICs).
     pub(crate) uneven: bool,
+    /// Odd nodes cannot read their host partner's memory (the own rail
+    /// of ranks that differ, as containers do): see [`Rails::cannot_read`]
+    /// and [`Rails::profiles_of`].
+    pub(crate) no_read: bool,
 }
 
 impl Rails {
@@ -23,6 +27,28 @@ impl Rails {
         let n = self.stripes - (self.uneven && a % 2 == 1) as usize;
         let first = self.profiles.len() - self.stripes;
         (0..n).map(move |i| (i, first + i))
+    }
+
+    /// Whether node `a` cannot read node `b`'s memory, so that the core
+    /// answers `b`'s read rendezvous as message rendezvous (and a read
+    /// posted from `a` to `b` is a defect): with `no_read`, an odd node
+    /// and its host partner.
+    pub(crate) fn cannot_read(&self, a: usize, b: usize) -> bool {
+        self.no_read && a % 2 == 1 && self.shm_pairs && a / 2 == b / 2
+    }
+
+    /// The rails node `a` opens. With `no_read`, the odd node of every
+    /// other host has no cross-memory attach at all (a seccomp profile of
+    /// its own: it sends message rendezvous itself), and that of the
+    /// others keeps its reads for other peers (its partner is in another
+    /// PID namespace: only that pair is unreadable, and its own
+    /// rendezvous still ask for reads).
+    pub(crate) fn profiles_of(&self, a: usize) -> Vec<RailProfile> {
+        let mut p = self.profiles.clone();
+        if self.no_read && self.shm_pairs && a % 4 == 1 {
+            p[1] = local(true);
+        }
+        p
     }
 
     /// The rail node `a` uses to reach node `b`.
@@ -55,6 +81,7 @@ pub(crate) const PROFILES: &[&str] = &[
     "tiny-msg",
     "efa-local",
     "efa-local-msg",
+    "efa-local-mixed",
 ];
 
 /// Fault set names, for the test matrix and `SIM_FAULT`.
@@ -217,6 +244,7 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
         shm_pairs: false,
         stripes: 0,
         uneven: false,
+        no_read: false,
     };
     Some(match name {
         "efa" => one(efa(false)),
@@ -386,6 +414,7 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
             shm_pairs: true,
             stripes: 0,
             uneven: false,
+            no_read: false,
         },
         // EFA with the own shared-memory rail for same-host pairs (what
         // `mtl_rustofi_shm auto` opens under efa).
@@ -394,6 +423,17 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
             shm_pairs: true,
             stripes: 0,
             uneven: false,
+            no_read: false,
+        },
+        // The own rail where odd nodes cannot read their host partner
+        // (`Rails::cannot_read`, `Rails::profiles_of`): every read
+        // rendezvous to them is answered as a message rendezvous.
+        "efa-local-mixed" => Rails {
+            profiles: vec![efa(false), local(false)],
+            shm_pairs: true,
+            stripes: 0,
+            uneven: false,
+            no_read: true,
         },
         // Three EFA-like NICs per node: the primary and two stripe rails
         // (read rendezvous above a per-node threshold stripe over them).
@@ -402,6 +442,7 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
             shm_pairs: false,
             stripes: 2,
             uneven: false,
+            no_read: false,
         },
         _ => return None,
     })

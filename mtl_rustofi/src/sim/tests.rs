@@ -147,6 +147,14 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
     if fault == "dup" {
         want("duplicated packets", c.dups);
     }
+    if rails.no_read {
+        want(
+            "read rendezvous answered as message rendezvous",
+            c.reads_declined,
+        );
+    } else {
+        assert_eq!(c.reads_declined, 0, "{profile}/{fault}: a read declined");
+    }
     // The own shared-memory rail's rings lose nothing.
     let msg_on_net = rails
         .profiles
@@ -244,6 +252,11 @@ fn sim_efa_with_own_shm() {
 #[test]
 fn sim_efa_with_own_shm_without_cma() {
     matrix("efa-local-msg");
+}
+
+#[test]
+fn sim_efa_with_own_shm_unreadable_peers() {
+    matrix("efa-local-mixed");
 }
 
 #[test]

@@ -263,6 +263,11 @@ pub(crate) struct ShmRail {
     /// Cross-memory attach works from this process (`cma::probe`): peers
     /// are checked for it as they are inserted.
     cma_ok: bool,
+    /// `mtl_rustofi_rndv_protocol read`: a peer this rank cannot read is
+    /// an error, not a reason to move its large messages through the rings.
+    read_forced: bool,
+    /// `mtl_rustofi_verbose`: a peer whose reads are declined is said at 2.
+    verbose: i32,
     /// Peers by local rank, once inserted.
     peers: Vec<Option<Peer>>,
     /// Rings from inserted peers, and which of them a poll reads.
@@ -370,11 +375,26 @@ impl ShmRail {
                 seg: seg.id(),
             },
             cma_ok: read_ok,
+            read_forced: settings.rndv == RndvProtocol::Read,
+            verbose: settings.verbose,
             peers: (0..job.size).map(|_| None).collect(),
             inbound: Inbound::new(job.size, seg.clone()),
             in_run: false,
             seg,
         })
+    }
+
+    /// Whether this rank can read the memory of the peer at `addr`
+    /// (cross-memory attach works here and reaches that process). The
+    /// core answers the read rendezvous of a peer it cannot read as
+    /// message rendezvous (`Core::set_peer_unreadable`).
+    pub(crate) fn reads_from(&self, addr: FiAddr) -> bool {
+        self.cma_ok
+            && self
+                .peers
+                .get(addr.0 as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|p| p.readable)
     }
 
     /// The address to publish.
@@ -449,19 +469,32 @@ impl ShmRail {
         }
         // Checked wherever the call works at all, not only where this rank
         // reads: a peer's rendezvous may ask for a read whatever this
-        // rank's own setting.
+        // rank's own setting. A peer that cannot be read has its read
+        // rendezvous answered as message rendezvous (`reads_from`), unless
+        // reads were asked for by name.
         let readable = match self
             .cma_ok
             .then(|| cma::check_peer(a.pid, a.probe, a.probe_value))
         {
             Some(Ok(())) => true,
-            Some(Err(e)) if self.profile.rndv_read => {
+            Some(Err(e)) if self.read_forced => {
                 return Err(format!(
-                    "cross-memory attach to local rank {r} fails ({e}); set \
-                     mtl_rustofi_rndv_protocol msg to move large messages through the rings"
+                    "cross-memory attach to local rank {r} fails ({e}), and \
+                     mtl_rustofi_rndv_protocol is read: set it to auto (large messages \
+                     of that rank then come through the rings) or msg"
                 ))
             }
-            _ => false,
+            Some(Err(e)) => {
+                if self.verbose > 1 {
+                    crate::log::info(&format!(
+                        "rustofi: local rank {}: cross-memory attach to local rank {r} fails \
+                         ({e}); its large messages come through the rings",
+                        self.job.rank
+                    ));
+                }
+                false
+            }
+            None => false,
         };
         let pid_here = wire::same_pid_namespace(a.pid_ns, self.me.pid_ns);
         self.peers[r] = Some(Peer {

@@ -172,10 +172,9 @@ impl ShmRail {
     }
 
     /// A read the rail cannot make: says why, once per peer (a large
-    /// message asks for many), and fails it (`EINVAL`). A peer whose
-    /// rail reads (cross-memory attach works for it) sends read
-    /// rendezvous to a rank where it does not: tell the user the setting
-    /// that works for both.
+    /// message asks for many), and fails it (`EINVAL`). The core answers
+    /// the read rendezvous of a peer this rank cannot read as message
+    /// rendezvous (`reads_from`), so such a read is a corrupted request.
     #[cold]
     #[inline(never)]
     fn read_refused(&mut self, src: FiAddr, key: u64) -> PostError {
@@ -183,21 +182,18 @@ impl ShmRail {
         if let Some(p) = self.peers.get_mut(src.0 as usize).and_then(Option::as_mut) {
             if !p.read_refusal_said {
                 p.read_refusal_said = true;
-                const REMEDY: &str = "set mtl_rustofi_rndv_protocol msg on every rank to move \
-                                      large messages through the rings";
                 let why = if !cma_ok {
-                    format!("cross-memory attach is not permitted in this process; {REMEDY}")
+                    "cross-memory attach is not permitted in this process".to_string()
                 } else if !p.readable {
-                    format!(
-                        "cross-memory attach does not reach it from here (another PID \
-                         namespace, or its check failed); {REMEDY}"
-                    )
+                    "cross-memory attach does not reach it from here (another PID namespace, \
+                     or its check failed)"
+                        .to_string()
                 } else {
-                    format!("the read's key {key} is not its pid (a corrupted request)")
+                    format!("the read's key {key} is not its pid")
                 };
                 crate::log::error(&format!(
-                    "local rank {} asked this rank to read a message from its memory, but {why}: \
-                     the message fails",
+                    "a read from the memory of local rank {} was asked for, but {why} (a \
+                     corrupted request): the message fails",
                     p.rank
                 ));
             }

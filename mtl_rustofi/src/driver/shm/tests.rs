@@ -150,17 +150,20 @@ fn a_pid_of_another_pid_namespace_is_neither_asked_about_nor_read_from() {
     let mut addr = Addr::decode(&b.name()).unwrap();
     addr.pid = elsewhere;
     addr.pid_ns ^= 1;
-    a.profile.rndv_read = true;
+    // With reads asked for by name, a peer this rank cannot read is an
+    // error; otherwise it is served, and its reads are declined.
+    a.read_forced = true;
     let e = a.insert(&addr.encode(), PROC_B).unwrap_err();
     assert!(
         e.contains("cross-memory attach to local rank 1 fails"),
         "{e}"
     );
-    a.profile.rndv_read = false;
+    a.read_forced = false;
     a.insert(&addr.encode(), PROC_B).unwrap();
     let p = a.peers[1].as_ref().unwrap();
     assert!(!p.pid_here);
     assert!(!p.readable, "the probe word is not found at that pid");
+    assert!(!a.reads_from(FiAddr(1)), "its read rendezvous are declined");
     assert_eq!(a.reader_pid(FiAddr(1), elsewhere as u64), None);
     // A full ring is back-pressure for as long as it lasts: the busy
     // reader is not taken for dead on the word of this process table.
@@ -177,6 +180,7 @@ fn a_pid_of_another_pid_namespace_is_neither_asked_about_nor_read_from() {
     let (mut c, d) = pair(0xaa);
     let q = c.peers[1].as_ref().unwrap();
     assert!(q.pid_here && q.readable);
+    assert!(c.reads_from(FiAddr(1)));
     let pid = Addr::decode(&d.name()).unwrap().pid;
     assert_eq!(c.reader_pid(FiAddr(1), pid as u64), Some(pid));
     c.peers[1].as_mut().unwrap().readable = false;
