@@ -64,6 +64,9 @@
 #               1 cma=on and rndv=read; rank 0 answers rank 1's read
 #               rendezvous as message rendezvous (reads_declined), and
 #               big_checksum passes.
+#   mixed-cma-tiny  the same pair with rank 1 under the filter and an
+#               eager limit of 8 bytes (no room for data packets): rank 1
+#               must say so, and the job must fail, not hang.
 #   pidns-busy  np 3, the message rendezvous (no cross-memory attach),
 #               each rank's pid 100 apart in its namespace so that none
 #               names a rank in another's: tests/mpi/peerfail/peer_death.c
@@ -310,6 +313,17 @@ if [[ $(count "$BUILD_DIR/mixed-cma.log" 'rank=0 .*shm=rustofi-shm .*reads_decli
     fail mixed-cma "rank 0 declined no read rendezvous (log $BUILD_DIR/mixed-cma.log)"
 fi
 ((CASE_FAILED)) || echo "ok   shm_containers mixed-cma (one rank without cross-memory attach: its peer's read rendezvous come as data packets, 64 MiB both ways intact)"
+
+# The same pair the other way round (rank 1 without cross-memory attach,
+# so that rank 0's read rendezvous comes first) with an eager limit of 8
+# bytes, which leaves no room for data packets: rank 1 cannot answer with
+# a grant either, and both ranks fail the message with a message, no hang.
+CASE_NP=1 run_case mixed-cma-tiny none fail --mca pml cm --mca mtl_rustofi_eager_limit 8 \
+    -- "$CHECKSUM" 100000 : -np 1 "$NO_CMA" "$CHECKSUM" 100000
+if [[ $(count "$BUILD_DIR/mixed-cma-tiny.log" 'cannot, and the eager limit of 8 bytes leaves no room for data packets') -ne 1 ]]; then
+    fail mixed-cma-tiny "rank 1 did not say why it failed the message (log $BUILD_DIR/mixed-cma-tiny.log)"
+fi
+((CASE_FAILED)) || echo "ok   shm_containers mixed-cma-tiny (the same with an 8-byte eager limit: the message fails on both ranks, with the reason, no hang)"
 
 # A busy peer in another PID namespace is not taken for dead on the word
 # of this namespace's process table.

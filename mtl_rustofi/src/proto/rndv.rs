@@ -409,6 +409,21 @@ impl Core {
         let declined = asked_read && self.peers[peer.index()].no_read;
         if declined {
             Stats::bump(&self.stats.reads_declined, 1);
+            if self.data_chunk(peer) == 0 {
+                // As a sender whose own rendezvous is by message is told
+                // (`rndv_refusal`), rather than the sender refusing a grant
+                // of packets that hold nothing.
+                self.count_error();
+                self.error(&format!(
+                    "a rendezvous asked this rank to read the sender's memory, which it cannot, \
+                     and the eager limit of {} bytes leaves no room for data packets instead: \
+                     raise mtl_rustofi_eager_limit",
+                    self.peers[peer.index()].eager_limit
+                ));
+                self.send_fin(peer, hdr.cookie, true, out);
+                self.recv_done(p.req, env, 0, Status::Failed, out);
+                return;
+            }
         }
         let msg = has(hdr, wire::FLAG_RNDV_MSG) || declined;
         let read = asked_read && !declined;

@@ -402,6 +402,9 @@ pub(crate) struct Coverage {
     /// Read rendezvous a node answered as message rendezvous (it cannot
     /// read the sender).
     pub(crate) reads_declined: u64,
+    /// Of those, the ones declined by a node whose own rendezvous are
+    /// reads (only the pair is unreadable: `Rails::profiles_of`).
+    pub(crate) reads_declined_by_readers: u64,
     /// Tagged receives the core cancelled (an aborted send rendezvous).
     pub(crate) chunks_cancelled: u64,
     /// Rendezvous served a cached registration.
@@ -454,6 +457,13 @@ impl Coverage {
                 _ => {}
             }
         }
+        self.reads_declined_by_readers += w
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| w.rails.profiles_of(i)[..].iter().all(|p| !p.rndv_msg))
+            .map(|(_, n)| Stats::get(&n.stats.reads_declined))
+            .sum::<u64>();
         self.probes += w.probes.len() as u64;
         self.probes_failed += w.probes_failed as u64;
         self.pings += w.pings as u64;

@@ -4,7 +4,7 @@
 //! process that does not call into MPI), and the process check of
 //! same-host peers.
 
-use super::fabric::{Ev, World};
+use super::fabric::{Ev, ReqKind, World};
 use crate::matching::{Selector, Source};
 use crate::proto::ids::PeerId;
 use crate::proto::Out;
@@ -84,21 +84,26 @@ impl World {
     }
 
     /// A survivor still has a receive posted for exactly a dead node's
-    /// source while liveness probing is on: the run is not over (the
-    /// probes must fail it).
+    /// source, or a send to it incomplete (a synchronous send whose
+    /// message arrived before the death waits for an acknowledgement
+    /// that will not come), while liveness probing is on: the run is not
+    /// over (the probes must fail it).
     pub(crate) fn waits_on_dead(&self) -> bool {
         let Some(d) = self.dead else {
             return false;
         };
         self.plan.peer_timeout.is_some()
             && self.reqs.iter().any(|r| {
-                let super::fabric::ReqKind::Recv { consumer, .. } = r.kind else {
+                if !self.nodes[r.node].alive || r.done.is_some() {
                     return false;
-                };
-                self.nodes[r.node].alive
-                    && r.done.is_none()
-                    && r.post.is_some()
-                    && self.plan.consumers[consumer].sel.src == Source::Rank(d as i32)
+                }
+                match r.kind {
+                    ReqKind::Recv { consumer, .. } => {
+                        r.post.is_some()
+                            && self.plan.consumers[consumer].sel.src == Source::Rank(d as i32)
+                    }
+                    ReqKind::Send { msg } => !r.refused && self.plan.msgs[msg].spec.to == d,
+                }
             })
     }
 

@@ -6,10 +6,10 @@
 
 #![cfg(test)]
 
-use super::defects::{assert_delivered, directed, msg};
+use super::defects::{assert_delivered, directed, msg, recv_status, send_status};
 use super::fabric::{Inject, PostKind};
 use super::profiles::profile_set;
-use crate::proto::Stats;
+use crate::proto::{Stats, Status};
 use crate::wire::Kind;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -134,4 +134,34 @@ fn sim_msg_rndv_data_lost_at_the_receiver_among_send_failures() {
         2 => Inject::CqError,
         _ => Inject::Clean,
     });
+}
+
+/// A read rendezvous to a node that cannot read its sender's memory and
+/// whose eager limit (8 bytes) leaves no room for data packets: the
+/// receiver cannot answer with a grant either, so it fails the receive
+/// and tells the sender, whose send fails; nothing hangs, and the eager
+/// message behind it arrives.
+#[test]
+fn sim_declined_read_without_room_for_data_fails_both_sides() {
+    let profile = "efa-local-mixed-tiny";
+    let grants = Rc::new(Cell::new(0u32));
+    let g = grants.clone();
+    let w = directed(
+        profile,
+        vec![msg(0, 1, 0, 1000, false), msg(0, 1, 1, 8, false)],
+        false,
+        move |i| {
+            if i.node == 1 && i.packet == Some(Kind::Cts) {
+                g.set(g.get() + 1);
+            }
+            Inject::Clean
+        },
+    );
+    // A grant of packets that hold nothing would only be refused.
+    assert_eq!(grants.get(), 0, "no grant sent");
+    assert_eq!(recv_status(&w, 0), Some(Status::Failed));
+    assert_eq!(send_status(&w, 0), Some(Status::Failed));
+    assert_eq!(Stats::get(&w.nodes[1].stats.reads_declined), 1);
+    assert_eq!(Stats::get(&w.nodes[1].stats.errors), 1);
+    assert_delivered(&w, 1..2, profile);
 }

@@ -2,7 +2,7 @@
 
 use super::Faults;
 use crate::proto::RailProfile;
-use crate::wire::{RailKind, BASE_LEN};
+use crate::wire::{RailKind, BASE_LEN, EXT_LEN};
 
 /// The rails of every simulated node.
 #[derive(Clone, Debug)]
@@ -42,11 +42,14 @@ impl Rails {
     /// its own: it sends message rendezvous itself), and that of the
     /// others keeps its reads for other peers (its partner is in another
     /// PID namespace: only that pair is unreadable, and its own
-    /// rendezvous still ask for reads).
+    /// rendezvous still ask for reads). Only the rendezvous choice
+    /// differs: the simulator's other uses of `profiles` (buffer sizes,
+    /// chunks, what a workload may send) hold for every node.
     pub(crate) fn profiles_of(&self, a: usize) -> Vec<RailProfile> {
         let mut p = self.profiles.clone();
         if self.no_read && self.shm_pairs && a % 4 == 1 {
-            p[1] = local(true);
+            p[1].rndv_read = false;
+            p[1].rndv_msg = true;
         }
         p
     }
@@ -209,9 +212,16 @@ fn shm() -> RailProfile {
 /// enough to check quickly. With `msg`, cross-memory attach is not
 /// permitted and large messages go as data packets.
 fn local(msg: bool) -> RailProfile {
-    let eager = 8192;
+    local_sized(msg, 8192)
+}
+
+/// [`local`] with an eager limit of `eager` bytes; buffers hold a control
+/// packet whatever the limit, as the driver's do.
+fn local_sized(msg: bool, eager: usize) -> RailProfile {
+    let buf_size = BASE_LEN + eager.max(EXT_LEN - BASE_LEN);
     RailProfile {
-        inject_size: eager + BASE_LEN,
+        buf_size,
+        inject_size: buf_size,
         inline: true,
         rx_kept: true,
         rndv_read: !msg,
@@ -430,6 +440,15 @@ pub(crate) fn profile_set(name: &str) -> Option<Rails> {
         // rendezvous to them is answered as a message rendezvous.
         "efa-local-mixed" => Rails {
             profiles: vec![efa(false), local(false)],
+            shm_pairs: true,
+            stripes: 0,
+            uneven: false,
+            no_read: true,
+        },
+        // Directed cases only: `efa-local-mixed` with an eager limit of 8
+        // bytes on the own rail, which leaves no room for data packets.
+        "efa-local-mixed-tiny" => Rails {
+            profiles: vec![efa(false), local_sized(false, 8)],
             shm_pairs: true,
             stripes: 0,
             uneven: false,

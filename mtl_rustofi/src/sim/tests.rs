@@ -152,6 +152,10 @@ fn check_coverage(profile: &str, fault: &str, rails: &profiles::Rails, c: &Cover
             "read rendezvous answered as message rendezvous",
             c.reads_declined,
         );
+        want(
+            "read rendezvous declined by a node that reads others",
+            c.reads_declined_by_readers,
+        );
     } else {
         assert_eq!(c.reads_declined, 0, "{profile}/{fault}: a read declined");
     }
