@@ -151,6 +151,30 @@ impl Core {
         self.chunk_index = None;
     }
 
+    /// Drops a chunk the provider refused for now (EAGAIN) if its
+    /// rendezvous has failed meanwhile; true if it did. The abort runs
+    /// while the actions of the same pass are still being executed: its
+    /// Cancel, queued behind this chunk's post, found nothing posted, and
+    /// a chunk queued again would be posted later with nothing left to
+    /// cancel it (a tagged receive would wait for ever for data its
+    /// sender, told of the abort, never sends).
+    pub(super) fn drop_refused_chunk(&mut self, id: OpId, out: &mut Out) -> bool {
+        let Some(Op::Chunk(c)) = self.ops.get(id) else {
+            return false;
+        };
+        let owner = c.owner;
+        let failed = match owner {
+            ChunkOwner::Recv(r) => self.rndv_recv.get(r).is_none_or(|r| r.failed),
+            ChunkOwner::Send(c) => self.rndv_send.get(&c).is_none_or(|s| s.failed),
+        };
+        if !failed {
+            return false;
+        }
+        self.ops.remove(id);
+        self.chunks_dropped(owner, 1, out);
+        true
+    }
+
     /// Accounts for `n` chunks of an aborted rendezvous that were dropped
     /// before reaching the driver, finishing it if nothing else is out.
     fn chunks_dropped(&mut self, owner: ChunkOwner, n: usize, out: &mut Out) {

@@ -255,6 +255,9 @@ impl Core {
                 }
                 let rail = op.rail();
                 self.rails[rail.index()].inflight -= op.takes_credit() as usize;
+                if self.drop_refused_chunk(id, out) {
+                    return;
+                }
                 self.requeue(rail, id);
             }
             (Posted::Op(id), PostError::Hard(code)) => {

@@ -487,3 +487,41 @@ fn sim_abort_with_a_deep_chunk_queue() {
         }
     }
 }
+
+/// Send rendezvous of two chunks: the receiver's first tagged receive
+/// fails hard and the second is refused with EAGAIN in the same pass,
+/// after the abort's Cancel for it was queued (that Cancel then finds
+/// nothing posted); the CTS is refused once too, so the abort's FIN
+/// reaches the sender first and it sends no data. The refused receive
+/// must be dropped, not posted again to wait for ever for data that never
+/// comes (no other chunk's report is left to cancel it again).
+#[test]
+fn sim_abort_drops_a_chunk_refused_in_the_same_pass() {
+    for &profile in some(&["efa-send", "tiny-send", "udp-rxd"]) {
+        let p = &profile_set(profile).expect("known").profiles[0];
+        let len = p.chunk + p.chunk / 2;
+        assert!(len > p.eager_limit, "{profile}: not a rendezvous");
+        let specs = vec![msg(0, 1, 0, len, false), msg(0, 1, 1, 100, false)];
+        let recvs = Rc::new(Cell::new(0u32));
+        let r = recvs.clone();
+        let w = directed(profile, specs, false, move |i| match i.kind {
+            PostKind::TaggedRecv if i.attempt == 1 => {
+                r.set(r.get() + 1);
+                match r.get() {
+                    1 => Inject::Hard(-5),
+                    2 => Inject::Again,
+                    _ => Inject::Clean,
+                }
+            }
+            PostKind::Send if i.packet == Some(Kind::Cts) && i.attempt == 1 => Inject::Again,
+            _ => Inject::Clean,
+        });
+        assert_eq!(recvs.get(), 2, "{profile}: tagged receives posted");
+        assert_eq!(recv_status(&w, 0), Some(Status::Failed), "{profile}");
+        assert_eq!(send_status(&w, 0), Some(Status::Failed), "{profile}");
+        assert_eq!(recv_status(&w, 1), Some(Status::Ok), "{profile}");
+        for n in &w.nodes {
+            assert_eq!(n.core.leftovers().ops, 0, "{profile}: operations left");
+        }
+    }
+}
