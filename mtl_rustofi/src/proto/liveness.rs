@@ -369,6 +369,12 @@ impl Core {
         self.peers[peer.index()].lost
     }
 
+    /// Messages from `peer` held behind a missing predecessor.
+    #[cfg(test)]
+    pub(crate) fn held_from(&self, peer: PeerId) -> usize {
+        self.peers[peer.index()].order.held()
+    }
+
     /// Whether operations to peers other than `peer` wait in the retry
     /// queue of `peer`'s rail.
     fn others_queued(&self, peer: PeerId) -> bool {

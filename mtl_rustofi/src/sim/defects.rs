@@ -503,9 +503,14 @@ fn sim_abort_drops_a_chunk_refused_in_the_same_pass() {
         assert!(len > p.eager_limit, "{profile}: not a rendezvous");
         let specs = vec![msg(0, 1, 0, len, false), msg(0, 1, 1, 100, false)];
         let recvs = Rc::new(Cell::new(0u32));
-        let r = recvs.clone();
+        let reposts = Rc::new(Cell::new(0u32));
+        let (r, again) = (recvs.clone(), reposts.clone());
         let w = directed(profile, specs, false, move |i| match i.kind {
-            PostKind::TaggedRecv if i.attempt == 1 => {
+            PostKind::TaggedRecv if i.attempt > 1 => {
+                again.set(again.get() + 1);
+                Inject::Clean
+            }
+            PostKind::TaggedRecv => {
                 r.set(r.get() + 1);
                 match r.get() {
                     1 => Inject::Hard(-5),
@@ -517,6 +522,11 @@ fn sim_abort_drops_a_chunk_refused_in_the_same_pass() {
             _ => Inject::Clean,
         });
         assert_eq!(recvs.get(), 2, "{profile}: tagged receives posted");
+        assert_eq!(
+            reposts.get(),
+            0,
+            "{profile}: the refused receive was posted again"
+        );
         assert_eq!(recv_status(&w, 0), Some(Status::Failed), "{profile}");
         assert_eq!(send_status(&w, 0), Some(Status::Failed), "{profile}");
         assert_eq!(recv_status(&w, 1), Some(Status::Ok), "{profile}");

@@ -298,3 +298,33 @@ fn sim_replay() {
     );
     run_case(&case);
 }
+
+/// Deaths the runtime never announces, where a survivor still holds what
+/// the dead node sent after a packet that died with it when the run ends:
+/// nothing it waits on makes it probe the dead peer, so it has not given
+/// it up, and the quiesce check must not count those messages.
+#[test]
+fn sim_death_unannounced_leaves_held_messages() {
+    for (seed, profile) in [
+        (647, "efa-local"),
+        (2280, "efa-local-msg"),
+        (1837, "bare"),
+        (2237, "sockets"),
+    ] {
+        let case = Case {
+            seed,
+            profile: profile.to_string(),
+            fault: "death".to_string(),
+        };
+        let w = run_case(&case).world;
+        let d = w.dead.expect("a node died");
+        let held = (0..w.nodes.len())
+            .filter(|&n| n != d)
+            .map(|n| {
+                let p = w.nodes[n].peer_of[d].expect("a peer");
+                w.nodes[n].core.held_from(p)
+            })
+            .sum::<usize>();
+        assert!(held > 0, "seed {seed}: nothing held from the dead node");
+    }
+}
