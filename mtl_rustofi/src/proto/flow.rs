@@ -4,8 +4,9 @@
 //!
 //! A copied eager send completes as soon as the provider takes its packet
 //! ([`super::held`]), before the transmit ends, so without a bound a
-//! sender whose receiver does not progress keeps copying: every message holds a buffer and an operation until the
-//! provider reports its transmit, and a flood grows the process by
+//! sender whose receiver does not progress keeps copying: every message
+//! holds a buffer and an operation until the provider reports its
+//! transmit, and a flood grows the process by
 //! gigabytes. Here a send that does not fit waits instead, uncopied, in
 //! its peer's queue of deferred sends (MPI allows it: `MPI_Send` blocks,
 //! `MPI_Isend` stays incomplete); as transmits complete, the queue drains

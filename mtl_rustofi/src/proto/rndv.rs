@@ -402,7 +402,8 @@ impl Core {
             return;
         }
         let want = hdr.len.min(p.buf.len() as u64) as usize;
-        let asked_read = !has(hdr, wire::FLAG_RNDV_MSG | wire::FLAG_RNDV_SEND);
+        let asked_msg = has(hdr, wire::FLAG_RNDV_MSG);
+        let asked_read = !asked_msg && !has(hdr, wire::FLAG_RNDV_SEND);
         // A read this rank cannot make is answered with a grant for data
         // packets: the sender, waiting for the read's FIN, takes a grant
         // too (`on_cts_msg`) and sends from its buffer.
@@ -425,7 +426,7 @@ impl Core {
                 return;
             }
         }
-        let msg = has(hdr, wire::FLAG_RNDV_MSG) || declined;
+        let msg = asked_msg || declined;
         let read = asked_read && !declined;
         let rail = self.peers[peer.index()].rail;
         if !read && !msg && !self.rails[rail.index()].profile.tagged {

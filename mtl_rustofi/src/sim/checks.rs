@@ -271,7 +271,7 @@ impl World {
 
     /// Messages node `n` holds out of order from the dead node while it
     /// has not given it up.
-    fn held_from_dead_unannounced(&self, n: usize) -> usize {
+    pub(crate) fn held_from_dead_unannounced(&self, n: usize) -> usize {
         let Some(d) = self.dead else {
             return 0;
         };
@@ -480,7 +480,7 @@ impl Coverage {
             .nodes
             .iter()
             .enumerate()
-            .filter(|&(i, _)| w.rails.profiles_of(i)[..].iter().all(|p| !p.rndv_msg))
+            .filter(|&(i, _)| w.rails.profiles_of(i).iter().all(|p| !p.rndv_msg))
             .map(|(_, n)| Stats::get(&n.stats.reads_declined))
             .sum::<u64>();
         self.probes += w.probes.len() as u64;

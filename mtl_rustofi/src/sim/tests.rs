@@ -320,10 +320,7 @@ fn sim_death_unannounced_leaves_held_messages() {
         let d = w.dead.expect("a node died");
         let held = (0..w.nodes.len())
             .filter(|&n| n != d)
-            .map(|n| {
-                let p = w.nodes[n].peer_of[d].expect("a peer");
-                w.nodes[n].core.held_from(p)
-            })
+            .map(|n| w.held_from_dead_unannounced(n))
             .sum::<usize>();
         assert!(held > 0, "seed {seed}: nothing held from the dead node");
     }

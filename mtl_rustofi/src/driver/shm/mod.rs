@@ -385,16 +385,15 @@ impl ShmRail {
     }
 
     /// Whether this rank can read the memory of the peer at `addr`
-    /// (cross-memory attach works here and reaches that process). The
-    /// core answers the read rendezvous of a peer it cannot read as
-    /// message rendezvous (`Core::set_peer_unreadable`).
+    /// (cross-memory attach works here and reaches that process: a peer
+    /// is `readable` only where it does). The core answers the read
+    /// rendezvous of a peer it cannot read as message rendezvous
+    /// (`Core::set_peer_unreadable`).
     pub(crate) fn reads_from(&self, addr: FiAddr) -> bool {
-        self.cma_ok
-            && self
-                .peers
-                .get(addr.0 as usize)
-                .and_then(Option::as_ref)
-                .is_some_and(|p| p.readable)
+        self.peers
+            .get(addr.0 as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|p| p.readable)
     }
 
     /// The address to publish.
