@@ -67,7 +67,7 @@ pub(crate) use flow::OP_OVERHEAD;
 pub(crate) use mrcache::CacheBound;
 pub(crate) use recv::ProbeInfo;
 #[cfg(test)]
-pub(crate) use txq::RESENDS;
+pub(crate) use txq::{REBUFFERS, RESENDS};
 
 use crate::config::Fault;
 use crate::matching::{Envelope, Matcher};

@@ -5,6 +5,7 @@
 //! packet is reported.
 
 use super::action::{Access, Action, Out};
+use super::held::Carried;
 use super::ids::{Cookie, MrId, OpId, RailId, RndvId};
 use super::txq::Op;
 use super::Core;
@@ -136,6 +137,41 @@ impl Core {
         fresh.mem[..p.len].copy_from_slice(&p.buf.mem[..p.len]);
         let old = std::mem::replace(&mut p.buf, fresh);
         self.recycle_tx(rail, old, out);
+    }
+
+    /// A packet whose post failed because its bounce buffer's registration
+    /// had failed: it moves to another buffer and waits in the rail's
+    /// queue without using up a resend, at most [`REBUFFERS`](super::txq::REBUFFERS) times. False
+    /// (the failure is a failed send) for any other operation, once the
+    /// moves are used up, or if its peer is given up.
+    pub(super) fn unregistered_packet_moves(&mut self, id: OpId, why: &str, out: &mut Out) -> bool {
+        let moves = match self.ops.get(id) {
+            Some(Op::Packet(p)) => {
+                p.rebuffers_left > 0 && !self.peers[p.peer.index()].lost && self.tx_unusable(&p.buf)
+            }
+            _ => false,
+        };
+        if !moves {
+            return false;
+        }
+        let Some(Op::Packet(p)) = self.ops.get_mut(id) else {
+            unreachable!("checked above")
+        };
+        p.rebuffers_left -= 1;
+        let (rail, left) = (p.rail, p.rebuffers_left);
+        // As for a resend: sends reported complete when the packet was
+        // first handed over stay complete.
+        if p.reported {
+            p.carried = Carried::None;
+        }
+        self.error(&format!(
+            "packet not sent ({why}): its bounce buffer is not registered; \
+             moving it to another ({} moves left)",
+            left + 1
+        ));
+        self.rebuffer(id, out);
+        self.requeue(rail, id);
+        true
     }
 
     /// Asks for a registration and notes what it is for.

@@ -20,6 +20,13 @@ use std::sync::atomic::Ordering::Relaxed;
 /// broken connection) before its peer is given up.
 pub(crate) const RESENDS: u8 = 3;
 
+/// Moves of a packet to another bounce buffer after its buffer's
+/// registration failed, before such failures start to use up its resends.
+/// A failed registration (the memory could not be pinned) says nothing
+/// about the peer, so it must not give the peer up as a failed send does;
+/// the bound keeps a registration that always fails from retrying for ever.
+pub(crate) const REBUFFERS: u8 = 8;
+
 /// What the outcome of a packet means beyond freeing its buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum AfterSend {
@@ -47,6 +54,9 @@ pub(super) struct Packet {
     pub(super) payload: Option<UserBuf>,
     pub(super) then: AfterSend,
     pub(super) resends_left: u8,
+    /// Moves left to another buffer after a failed registration
+    /// ([`REBUFFERS`]).
+    pub(super) rebuffers_left: u8,
     /// Bytes charged to the peer's flow control ([`super::flow`]) until
     /// the packet is reported.
     pub(super) held: usize,
@@ -365,6 +375,13 @@ impl Core {
         };
         let rail = op.rail();
         let credit = op.takes_credit() as usize;
+        if self.unregistered_packet_moves(id, why, out) {
+            self.rails[rail.index()].inflight -= credit;
+            return;
+        }
+        let Some(op) = self.ops.get_mut(id) else {
+            unreachable!("checked above")
+        };
         let resend = match op {
             Op::Packet(p) if p.resends_left > 0 => {
                 p.resends_left -= 1;
@@ -514,6 +531,7 @@ impl Core {
             payload,
             then,
             resends_left: RESENDS,
+            rebuffers_left: REBUFFERS,
             held,
             carried,
             reported: goes,
@@ -569,7 +587,7 @@ impl Core {
 
     /// Puts an operation at the end of its rail's queue (handed over again
     /// by `run_retries`).
-    fn requeue(&mut self, rail: RailId, id: OpId) {
+    pub(super) fn requeue(&mut self, rail: RailId, id: OpId) {
         tracing::trace!(
             rail = rail.0,
             op = id.0,

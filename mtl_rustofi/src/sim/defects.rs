@@ -158,7 +158,7 @@ pub(super) fn recv_status(w: &World, i: usize) -> Option<Status> {
     })
 }
 
-fn errors(w: &World, node: usize) -> u64 {
+pub(super) fn errors(w: &World, node: usize) -> u64 {
     Stats::get(&w.nodes[node].stats.errors)
 }
 

@@ -242,6 +242,11 @@ impl World {
                 // A recovering provider: random failures stop before the
                 // core would give the peer up.
                 let transient = fails < RESENDS as u32;
+                // A buffer whose registration failed fails its post, as the
+                // real driver's does. The core moves the packet to another
+                // buffer without using up a resend (REBUFFERS times), so
+                // random registration failures give a peer up only after
+                // REBUFFERS + RESENDS + 1 of them in a row on one packet.
                 let inj = if !reg_ok { Inject::Hard(-22) } else { inj };
                 let damaged = inj == Inject::Damaged
                     || (inj == Inject::Normal

@@ -44,6 +44,8 @@ pub(crate) struct PostInfo {
     pub(crate) tag: Option<i32>,
     /// Receive-buffer posts of this node so far, this one included.
     pub(crate) rx_post: u64,
+    /// Length of the local memory named (a registration's region), or 0.
+    pub(crate) len: usize,
 }
 
 /// What the hook asks the provider to do with a post.

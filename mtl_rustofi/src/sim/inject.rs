@@ -48,6 +48,7 @@ impl World {
             packet: packet.map(|p| p.0),
             tag: packet.and_then(|p| p.1),
             rx_post: self.nodes[n].rx_posts,
+            len: local.map_or(0, |l| l.len),
         })
     }
 

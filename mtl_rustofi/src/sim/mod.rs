@@ -38,6 +38,7 @@ mod rng;
 mod run;
 mod stripecases;
 mod tests;
+mod txbuf_cases;
 mod wild_cases;
 mod workload;
 

@@ -1,0 +1,117 @@
+//! Directed cases for bounce buffers whose registration fails (FI_MR_LOCAL
+//! rails). A packet whose buffer could not be registered moves to another
+//! buffer without using up its resends, so failed registrations alone do
+//! not give a live peer up (the peer would never hear of it, and its own
+//! sends to this node would wait for ever); registrations that never
+//! succeed still end in failed sends and a peer given up, not a hang.
+
+#![cfg(test)]
+
+use super::defects::{assert_delivered, directed, errors, msg, send_status};
+use super::fabric::{Inject, PostInfo, PostKind};
+use super::profiles::profile_set;
+use super::workload::MsgSpec;
+use crate::proto::{Status, REBUFFERS, RESENDS};
+use std::cell::Cell;
+use std::rc::Rc;
+
+/// Read rendezvous, send rendezvous, and message rendezvous (no FI_TAGGED,
+/// its data in bounce buffers too); all register bounce buffers.
+const PROFILES: [&str; 3] = ["efa", "efa-send", "efa-direct-msg"];
+
+/// Node 0 sends a copied eager, a synchronous eager, a rendezvous (its
+/// user buffer larger than any bounce buffer) and another eager message.
+/// The eager messages are too long to go inline (an inline packet names
+/// no registration).
+fn specs(profile: &str) -> (Vec<MsgSpec>, usize) {
+    let p = &profile_set(profile).expect("known profile").profiles[0];
+    let eager = p.inject_size.max(100).min(p.eager_limit);
+    let specs = vec![
+        msg(0, 1, 0, eager, false),
+        msg(0, 1, 1, eager, true),
+        msg(0, 1, 2, p.buf_size + 2 * p.chunk + 100, false),
+        msg(0, 1, 3, eager, false),
+    ];
+    (specs, p.buf_size)
+}
+
+/// A registration of one of node 0's bounce buffers (every user buffer of
+/// these cases is larger than a bounce buffer).
+fn bounce_registration(i: &PostInfo, buf_size: usize) -> bool {
+    i.node == 0 && i.kind == PostKind::Register && i.len <= buf_size
+}
+
+/// Node 0's bounce-buffer registrations fail until its first packet has
+/// failed more times than a packet has resends: the packet moves from
+/// buffer to buffer, every message arrives, and node 1 stays node 0's
+/// peer. Each failed registration is one error and nothing else is.
+#[test]
+fn sim_failed_bounce_registrations_use_no_resends() {
+    let fails = u32::from(RESENDS) + 2;
+    assert!(fails <= u32::from(REBUFFERS), "the case needs the moves");
+    for profile in PROFILES {
+        let (specs, buf_size) = specs(profile);
+        let n = specs.len();
+        let fired = Rc::new(Cell::new(0u32));
+        let tried = Rc::new(Cell::new(0u32));
+        let (f, t) = (fired.clone(), tried.clone());
+        let mut first = None;
+        let w = directed(profile, specs, false, move |i| {
+            if i.node == 0 && i.kind == PostKind::Send {
+                first = first.or(i.op);
+                // (The id is reused once the packet is done with.)
+                if first == i.op {
+                    t.set(t.get().max(i.attempt));
+                }
+            }
+            // The registration a post of the first packet will name: its
+            // first `fails` posts meet a failed one.
+            if bounce_registration(i, buf_size) && t.get() < fails {
+                f.set(f.get() + 1);
+                return Inject::CqError;
+            }
+            Inject::Clean
+        });
+        assert_eq!(tried.get(), fails + 1, "{profile}: first packet's posts");
+        assert_delivered(&w, 0..n, profile);
+        let peer = w.nodes[0].peer_of[1].expect("a peer");
+        assert!(
+            !w.nodes[0].core.peer_is_lost(peer),
+            "{profile}: node 1 given up over failed registrations"
+        );
+        assert_eq!(errors(&w, 0), u64::from(fired.get()), "{profile}: errors");
+    }
+}
+
+/// Every bounce-buffer registration of node 0 fails: the first packet
+/// tries a fresh buffer for each move and each resend, then fails for
+/// good; node 1 is given up and the sends that wait on it fail, so
+/// nothing on node 0 hangs.
+#[test]
+fn sim_bounce_registrations_that_never_succeed_fail_the_sends() {
+    for profile in PROFILES {
+        let (specs, buf_size) = specs(profile);
+        let fired = Rc::new(Cell::new(0u32));
+        let f = fired.clone();
+        let w = directed(profile, specs, true, move |i| {
+            if bounce_registration(i, buf_size) {
+                f.set(f.get() + 1);
+                return Inject::CqError;
+            }
+            Inject::Clean
+        });
+        let tries = 1 + u32::from(REBUFFERS) + u32::from(RESENDS);
+        assert!(
+            fired.get() >= tries,
+            "{profile}: {} registrations failed, fewer than one packet's {tries} tries",
+            fired.get()
+        );
+        let peer = w.nodes[0].peer_of[1].expect("a peer");
+        assert!(w.nodes[0].core.peer_is_lost(peer), "{profile}: peer kept");
+        // A copied eager send completes when copied; the synchronous and
+        // the rendezvous send wait on the peer and fail with it.
+        assert_eq!(send_status(&w, 1), Some(Status::Failed), "{profile}: sync");
+        assert_eq!(send_status(&w, 2), Some(Status::Failed), "{profile}: rndv");
+        assert!(errors(&w, 0) >= u64::from(tries), "{profile}: errors");
+    }
+}
