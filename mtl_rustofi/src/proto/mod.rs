@@ -143,9 +143,10 @@ pub(crate) struct Stats {
     pub(crate) rndv: AtomicU64,
     pub(crate) unexpected: AtomicU64,
     /// Error events, each counted once where it is observed: an operation
-    /// that failed for good (resent packets count only if the last try
-    /// fails too), a receive buffer that could not be posted, a rejected
-    /// packet, a failure the peer reported, a peer given up.
+    /// that failed for good (resent or moved packets count only if the
+    /// last try fails too), a bounce buffer that could not be registered,
+    /// a receive buffer that could not be posted, a rejected packet, a
+    /// failure the peer reported, a peer given up.
     pub(crate) errors: AtomicU64,
     /// Receive buffers the provider completed with an error: packets it
     /// lost. Those that name a message rendezvous's data are sent again

@@ -7,7 +7,7 @@
 use super::action::{Access, Action, Out};
 use super::held::Carried;
 use super::ids::{Cookie, MrId, OpId, RailId, RndvId};
-use super::txq::Op;
+use super::txq::{Op, REBUFFERS};
 use super::Core;
 use crate::usermem::Region;
 
@@ -121,10 +121,11 @@ impl Core {
         b.mr.is_some_and(|m| self.mrs.get(m) == Some(&MrUse::Failed))
     }
 
-    /// Before a packet is resent: if its buffer's registration failed,
-    /// the packet moves to a fresh buffer (else every resend would fail
-    /// the same way and the peer would be given up over one failed
-    /// registration).
+    /// Before a packet is resent or moved: if its buffer's registration
+    /// failed, the packet moves to another buffer, from the pool (whose
+    /// registrations all succeeded) or newly made (else every resend
+    /// would fail the same way and the peer would be given up over one
+    /// failed registration).
     pub(super) fn rebuffer(&mut self, id: OpId, out: &mut Out) {
         let rail = match self.ops.get(id) {
             Some(Op::Packet(p)) if self.tx_unusable(&p.buf) => p.rail,
@@ -141,7 +142,7 @@ impl Core {
 
     /// A packet whose post failed because its bounce buffer's registration
     /// had failed: it moves to another buffer and waits in the rail's
-    /// queue without using up a resend, at most [`REBUFFERS`](super::txq::REBUFFERS) times. False
+    /// queue without using up a resend, at most [`REBUFFERS`] times. False
     /// (the failure is a failed send) for any other operation, once the
     /// moves are used up, or if its peer is given up.
     pub(super) fn unregistered_packet_moves(&mut self, id: OpId, why: &str, out: &mut Out) -> bool {
@@ -166,8 +167,8 @@ impl Core {
         }
         self.error(&format!(
             "packet not sent ({why}): its bounce buffer is not registered; \
-             moving it to another ({} moves left)",
-            left + 1
+             moving it to another (move {} of {REBUFFERS})",
+            REBUFFERS - left
         ));
         self.rebuffer(id, out);
         self.requeue(rail, id);
