@@ -11,6 +11,7 @@ use super::defects::{assert_delivered, directed, errors, msg, send_status};
 use super::fabric::{Inject, PostInfo, PostKind};
 use super::profiles::profile_set;
 use super::workload::MsgSpec;
+use crate::proto::ids::OpId;
 use crate::proto::{Status, REBUFFERS, RESENDS};
 use std::cell::Cell;
 use std::rc::Rc;
@@ -41,6 +42,18 @@ fn bounce_registration(i: &PostInfo, buf_size: usize) -> bool {
     i.node == 0 && i.kind == PostKind::Register && i.len <= buf_size
 }
 
+/// Counts in `tried` the posts of node 0's first packet (`first`, its
+/// operation id once seen). The id is reused once the packet is done with,
+/// its posts counted from 1 again, so only the next post in turn counts.
+fn count_first_packet(i: &PostInfo, first: &mut Option<OpId>, tried: &Cell<u32>) {
+    if i.node == 0 && i.kind == PostKind::Send {
+        *first = first.or(i.op);
+        if *first == i.op && i.attempt == tried.get() + 1 {
+            tried.set(i.attempt);
+        }
+    }
+}
+
 /// Node 0's bounce-buffer registrations fail until its first packet has
 /// failed more times than a packet has resends: the packet moves from
 /// buffer to buffer, every message arrives, and node 1 stays node 0's
@@ -57,14 +70,7 @@ fn sim_failed_bounce_registrations_use_no_resends() {
         let (f, t) = (fired.clone(), tried.clone());
         let mut first = None;
         let w = directed(profile, specs, false, move |i| {
-            if i.node == 0 && i.kind == PostKind::Send {
-                first = first.or(i.op);
-                // (The id is reused once the packet is done with, its
-                // posts counted from 1 again.)
-                if first == i.op && i.attempt == t.get() + 1 {
-                    t.set(i.attempt);
-                }
-            }
+            count_first_packet(i, &mut first, &t);
             // The registration a post of the first packet will name: its
             // first `fails` posts meet a failed one.
             if bounce_registration(i, buf_size) && t.get() < fails {
@@ -97,12 +103,7 @@ fn sim_bounce_registrations_that_never_succeed_fail_the_sends() {
         let t = tried.clone();
         let mut first = None;
         let w = directed(profile, specs, true, move |i| {
-            if i.node == 0 && i.kind == PostKind::Send {
-                first = first.or(i.op);
-                if first == i.op && i.attempt == t.get() + 1 {
-                    t.set(i.attempt);
-                }
-            }
+            count_first_packet(i, &mut first, &t);
             if bounce_registration(i, buf_size) {
                 return Inject::CqError;
             }
