@@ -329,7 +329,7 @@ impl Engine {
     ///
     /// # Safety
     /// `cmd` must stay valid and untouched until it has been applied.
-    unsafe fn submit(&self, cmd: *mut Cmd, out: &mut Finished) -> Result<(), EngineError> {
+    unsafe fn submit(&self, cmd: *mut Cmd, out: &mut Finished) -> Result<(), Poisoned> {
         // SAFETY: per the function contract.
         unsafe { self.handoff.push(cmd)? };
         self.combine::<false>(out);
@@ -385,7 +385,9 @@ impl Engine {
     /// written into its rail on the spot is [`Started::Complete`]: no
     /// completion for it comes through `out`, its caller completes it.
     /// Any other send's completion comes through `out`, in this call or a
-    /// later one.
+    /// later one. Its one error is a poisoned engine, which the caller
+    /// turns into an [`EngineError`]: so the result is one byte, returned
+    /// in a register rather than through memory.
     ///
     /// # Safety
     /// `buf` must be readable for `len` bytes and `req` must point at a
@@ -402,7 +404,7 @@ impl Engine {
         sync: bool,
         req: ReqPtr,
         out: &mut Finished,
-    ) -> Result<Started, EngineError> {
+    ) -> Result<Started, Poisoned> {
         // SAFETY: per the function contract (a send buffer is only read).
         let buf = unsafe { UserBuf::new(buf as *mut u8, len) };
         let args = SendArgs {
@@ -426,6 +428,7 @@ impl Engine {
     }
 
     /// Posts a receive; may complete at once from the unexpected queue.
+    /// Fails only as [`Engine::isend`] does.
     ///
     /// # Safety
     /// `buf` must be writable for `cap` bytes and `req` must point at a
@@ -438,7 +441,7 @@ impl Engine {
         cap: usize,
         req: ReqPtr,
         out: &mut Finished,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), Poisoned> {
         // SAFETY: per the function contract.
         let buf = unsafe { UserBuf::new(buf, cap) };
         // SAFETY: per the function contract, for both paths.
@@ -473,7 +476,7 @@ impl Engine {
         cap: usize,
         req: ReqPtr,
         out: &mut Finished,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), Poisoned> {
         // SAFETY: per the function contract.
         let buf = unsafe { UserBuf::new(buf, cap) };
         // SAFETY: per the function contract.
@@ -511,7 +514,7 @@ impl Engine {
         direct: impl FnOnce(&mut State, &mut bool) -> Option<InlineSend>,
         queued: impl FnOnce() -> Op,
         out: &mut Finished,
-    ) -> Result<Started, EngineError> {
+    ) -> Result<Started, Poisoned> {
         let mut started = Started::Pending;
         let ran = self.handoff.run_or_combine(
             out,

@@ -186,7 +186,7 @@ pub unsafe extern "C" fn rustofi_isend(
             Ok(Started::Complete) if e.tx_flushed() => RUSTOFI_SEND_FLUSHED,
             Ok(Started::Complete) => RUSTOFI_SEND_COMPLETE,
             Ok(Started::Pending) => 0,
-            Err(e) => report(Err(e)),
+            Err(e) => report(Err(e.into())),
         }
     })
 }
@@ -217,16 +217,19 @@ pub unsafe extern "C" fn rustofi_irecv(
         // SAFETY: the contract says `req` points at a valid request head.
         let (buf, len) = unsafe { head_bytes(req) };
         // SAFETY: forwarded from this function's contract.
-        report(unsafe {
-            e.irecv(
-                Selector::from_mpi(ctx, src, tag),
-                source_peer(peer),
-                buf as *mut u8,
-                len,
-                ReqPtr(req as *mut Request),
-                out,
-            )
-        })
+        report(
+            unsafe {
+                e.irecv(
+                    Selector::from_mpi(ctx, src, tag),
+                    source_peer(peer),
+                    buf as *mut u8,
+                    len,
+                    ReqPtr(req as *mut Request),
+                    out,
+                )
+            }
+            .map_err(Into::into),
+        )
     })
 }
 
@@ -330,15 +333,18 @@ pub unsafe extern "C" fn rustofi_imrecv(msg: *mut c_void, req: *mut RustofiReqHe
         let (buf, len) = unsafe { head_bytes(req) };
         // SAFETY: forwarded from this function's contract: `msg` came from
         // rustofi_improbe and is used once; `buf` and `req` as for irecv.
-        report(unsafe {
-            e.imrecv(
-                MessageHandle(msg),
-                buf as *mut u8,
-                len,
-                ReqPtr(req as *mut Request),
-                out,
-            )
-        })
+        report(
+            unsafe {
+                e.imrecv(
+                    MessageHandle(msg),
+                    buf as *mut u8,
+                    len,
+                    ReqPtr(req as *mut Request),
+                    out,
+                )
+            }
+            .map_err(Into::into),
+        )
     })
 }
 
