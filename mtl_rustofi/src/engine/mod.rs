@@ -575,8 +575,11 @@ impl Engine {
                     }
                 }
                 out.take_from(&mut st.out.events);
-                if let Some(w) = &self.idle {
-                    if !unchanged {
+                // The flag first: true in the common case, which then
+                // reads nothing more (the other order read `self.idle`
+                // and merged the two tests, about 5 instructions).
+                if !unchanged {
+                    if let Some(w) = &self.idle {
                         w.note_started(st);
                     }
                 }
