@@ -267,6 +267,10 @@ struct Rail {
     tx_total: usize,
     /// Operations waiting for a credit or for the provider to take them.
     retry: VecDeque<OpId>,
+    /// A packet in `retry` may wait for a bounce buffer to come back to
+    /// the pool (`Core::buffer_for`); a hint, cleared once `retry` empties,
+    /// so that the queue's usual pass looks at no packet for it.
+    awaiting_buffer: bool,
     /// Receive buffers waiting to be reposted.
     rx_retry: VecDeque<ids::RxSlot>,
     /// Receive buffers whose last post failed hard (reported once; cleared
@@ -360,6 +364,7 @@ impl Core {
                     tx_small: Vec::new(),
                     tx_total: 0,
                     retry: VecDeque::new(),
+                    awaiting_buffer: false,
                     rx_retry: VecDeque::new(),
                     rx_failing: hashbrown::HashSet::new(),
                     inflight: 0,

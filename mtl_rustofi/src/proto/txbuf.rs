@@ -131,10 +131,17 @@ impl Core {
             Some(Op::Packet(p)) if self.tx_unusable(&p.buf) => p.rail,
             _ => return,
         };
-        let mut fresh = self.take_tx(rail, out);
+        let fresh = self.take_tx(rail, out);
+        self.swap_buffer(id, fresh, out);
+    }
+
+    /// Copies packet `id` into `fresh`, which holds it, and lets its old
+    /// buffer go.
+    fn swap_buffer(&mut self, id: OpId, mut fresh: TxBuf, out: &mut Out) {
         let Some(Op::Packet(p)) = self.ops.get_mut(id) else {
-            unreachable!("checked above")
+            unreachable!("a packet being moved is live")
         };
+        let rail = p.rail;
         fresh.mem[..p.len].copy_from_slice(&p.buf.mem[..p.len]);
         let old = std::mem::replace(&mut p.buf, fresh);
         self.recycle_tx(rail, old, out);
@@ -145,6 +152,13 @@ impl Core {
     /// queue without using up a resend, at most [`REBUFFERS`] times. False
     /// (the failure is a failed send) for any other operation, once the
     /// moves are used up, or if its peer is given up.
+    ///
+    /// The buffer it moves to is a pooled one (registered) if the pool has
+    /// one. Else, while anything is in flight on the rail, it waits for a
+    /// buffer to come back ([`Core::buffer_for`]): a registration that has
+    /// just failed (memory that cannot be locked) would likely fail again,
+    /// and waiting turns it into back-pressure. Only with nothing in flight
+    /// is a buffer made and registered again.
     pub(super) fn unregistered_packet_moves(&mut self, id: OpId, why: &str, out: &mut Out) -> bool {
         let moves = match self.ops.get(id) {
             Some(Op::Packet(p)) => {
@@ -170,8 +184,57 @@ impl Core {
              moving it to another (move {} of {REBUFFERS})",
             REBUFFERS - left
         ));
-        self.rebuffer(id, out);
+        if !self.rebuffer_pooled(id, out) {
+            if self.rails[rail.index()].inflight > 0 {
+                if let Some(Op::Packet(p)) = self.ops.get_mut(id) {
+                    p.awaits_buffer = true;
+                }
+                self.rails[rail.index()].awaiting_buffer = true;
+            } else {
+                self.rebuffer(id, out);
+            }
+        }
         self.requeue(rail, id);
+        true
+    }
+
+    /// Whether queued operation `id` may be handed over: a packet waiting
+    /// for a buffer takes one from the pool or, once nothing is in flight
+    /// on the rail to bring one back, a new one; false while it must wait.
+    #[cold]
+    pub(super) fn buffer_for(&mut self, rail: RailId, id: OpId, out: &mut Out) -> bool {
+        if !matches!(self.ops.get(id), Some(Op::Packet(p)) if p.awaits_buffer) {
+            return true;
+        }
+        if !self.rebuffer_pooled(id, out) {
+            if self.rails[rail.index()].inflight > 0 {
+                return false;
+            }
+            self.rebuffer(id, out);
+        }
+        if let Some(Op::Packet(p)) = self.ops.get_mut(id) {
+            p.awaits_buffer = false;
+        }
+        true
+    }
+
+    /// Moves packet `id` to a free buffer of the pool that holds it (its
+    /// registration succeeded); false if the pool has none.
+    fn rebuffer_pooled(&mut self, id: OpId, out: &mut Out) -> bool {
+        let Some(Op::Packet(p)) = self.ops.get(id) else {
+            return false;
+        };
+        let (rail, len) = (p.rail, p.len);
+        let r = &mut self.rails[rail.index()];
+        let small = len <= SMALL_BUF && SMALL_BUF < r.profile.buf_size;
+        let Some(fresh) = small
+            .then(|| r.tx_small.pop())
+            .flatten()
+            .or_else(|| r.tx_free.pop())
+        else {
+            return false;
+        };
+        self.swap_buffer(id, fresh, out);
         true
     }
 

@@ -57,6 +57,9 @@ pub(super) struct Packet {
     /// Moves left to another buffer after a failed registration
     /// ([`REBUFFERS`]).
     pub(super) rebuffers_left: u8,
+    /// Its buffer's registration failed and it waits in the rail's queue
+    /// for a buffer to come back to the pool (`Core::buffer_for`).
+    pub(super) awaits_buffer: bool,
     /// Bytes charged to the peer's flow control ([`super::flow`]) until
     /// the packet is reported.
     pub(super) held: usize,
@@ -209,11 +212,17 @@ impl Core {
                 let Some(id) = r.retry.pop_front() else {
                     break;
                 };
+                if r.awaiting_buffer && !self.buffer_for(RailId(rail as u8), id, out) {
+                    self.rails[rail].retry.push_front(id);
+                    break;
+                }
                 let credit = self.ops.get(id).is_some_and(Op::takes_credit);
                 self.rails[rail].inflight += credit as usize;
                 self.emit(id, out);
             }
-            left |= !self.rails[rail].retry.is_empty();
+            let r = &mut self.rails[rail];
+            r.awaiting_buffer &= !r.retry.is_empty();
+            left |= !r.retry.is_empty();
         }
         self.queued = left;
         self.stats.tx_queued.store(left, Relaxed);
@@ -375,8 +384,10 @@ impl Core {
         };
         let rail = op.rail();
         let credit = op.takes_credit() as usize;
+        // Its credit comes back whatever follows (a move, a resend or the
+        // end), before a move looks at what the rail still has in flight.
+        self.rails[rail.index()].inflight -= credit;
         if self.unregistered_packet_moves(id, why, out) {
-            self.rails[rail.index()].inflight -= credit;
             return;
         }
         let Some(op) = self.ops.get_mut(id) else {
@@ -398,7 +409,6 @@ impl Core {
                     || (p.buf.mem[1] == crate::wire::Kind::Eager as u8
                         && p.buf.mem[2] & crate::wire::FLAG_MORE == 0));
         let resend = resend.filter(|_| !old_drop);
-        self.rails[rail.index()].inflight -= credit;
         if let Some((left, peer)) = resend {
             // A packet about to be resent is not counted as an error yet:
             // only one that fails for good is.
@@ -532,6 +542,7 @@ impl Core {
             then,
             resends_left: RESENDS,
             rebuffers_left: REBUFFERS,
+            awaits_buffer: false,
             held,
             carried,
             reported: goes,

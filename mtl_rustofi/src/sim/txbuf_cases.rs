@@ -125,3 +125,43 @@ fn sim_bounce_registrations_that_never_succeed_fail_the_sends() {
         assert!(errors(&w, 0) >= u64::from(tries), "{profile}: errors");
     }
 }
+
+/// Node 0's first bounce buffer is registered and every later
+/// registration fails (memory that can no longer be locked), while a
+/// burst of packets is in flight: a packet whose buffer failed waits for
+/// a pooled buffer to come back instead of using up its moves on new ones,
+/// so every message arrives and node 1 stays node 0's peer.
+#[test]
+fn sim_packets_wait_for_pooled_buffers_when_registration_fails() {
+    for profile in PROFILES {
+        let p = &profile_set(profile).expect("known profile").profiles[0];
+        let (eager, buf_size) = (p.inject_size.max(100).min(p.eager_limit), p.buf_size);
+        let specs: Vec<MsgSpec> = (0..12).map(|t| msg(0, 1, t, eager, t % 4 == 1)).collect();
+        let n = specs.len();
+        let fired = Rc::new(Cell::new(0u32));
+        let f = fired.clone();
+        let mut registered = 0;
+        let w = directed(profile, specs, false, move |i| {
+            if bounce_registration(i, buf_size) {
+                registered += 1;
+                if registered > 1 {
+                    f.set(f.get() + 1);
+                    return Inject::CqError;
+                }
+            }
+            Inject::Clean
+        });
+        assert!(
+            fired.get() > 0,
+            "{profile}: only {} registrations failed",
+            fired.get()
+        );
+        assert_delivered(&w, 0..n, profile);
+        let peer = w.nodes[0].peer_of[1].expect("a peer");
+        assert!(
+            !w.nodes[0].core.peer_is_lost(peer),
+            "{profile}: node 1 given up"
+        );
+        assert_eq!(errors(&w, 0), u64::from(fired.get()), "{profile}: errors");
+    }
+}
