@@ -57,6 +57,8 @@ mod stripe;
 #[cfg(test)]
 mod test_core;
 mod txbuf;
+#[cfg(test)]
+mod txbuf_tests;
 mod txq;
 mod usermr;
 

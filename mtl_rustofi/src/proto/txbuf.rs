@@ -7,7 +7,7 @@
 use super::action::{Access, Action, Out};
 use super::held::Carried;
 use super::ids::{Cookie, MrId, OpId, RailId, RndvId};
-use super::txq::{Op, REBUFFERS};
+use super::txq::{Op, BUFFER_WAIT, REBUFFERS};
 use super::Core;
 use crate::usermem::Region;
 
@@ -117,7 +117,7 @@ impl Core {
 
     /// Whether the buffer's registration failed: every send from it fails,
     /// so it must leave the pool.
-    fn tx_unusable(&self, b: &TxBuf) -> bool {
+    pub(super) fn tx_unusable(&self, b: &TxBuf) -> bool {
         b.mr.is_some_and(|m| self.mrs.get(m) == Some(&MrUse::Failed))
     }
 
@@ -131,7 +131,11 @@ impl Core {
             Some(Op::Packet(p)) if self.tx_unusable(&p.buf) => p.rail,
             _ => return,
         };
-        let fresh = self.take_tx(rail, out);
+        let len = match self.ops.get(id) {
+            Some(Op::Packet(p)) => p.len,
+            _ => unreachable!("checked above"),
+        };
+        let fresh = self.take_tx_for(rail, len, out);
         self.swap_buffer(id, fresh, out);
     }
 
@@ -157,8 +161,9 @@ impl Core {
     /// one. Else, while anything is in flight on the rail, it waits for a
     /// buffer to come back ([`Core::buffer_for`]): a registration that has
     /// just failed (memory that cannot be locked) would likely fail again,
-    /// and waiting turns it into back-pressure. Only with nothing in flight
-    /// is a buffer made and registered again.
+    /// and waiting turns it into back-pressure. Only with nothing in flight,
+    /// or after [`BUFFER_WAIT`] passes, is a buffer made and registered
+    /// again.
     pub(super) fn unregistered_packet_moves(&mut self, id: OpId, why: &str, out: &mut Out) -> bool {
         let moves = match self.ops.get(id) {
             Some(Op::Packet(p)) => {
@@ -187,7 +192,7 @@ impl Core {
         if !self.rebuffer_pooled(id, out) {
             if self.rails[rail.index()].inflight > 0 {
                 if let Some(Op::Packet(p)) = self.ops.get_mut(id) {
-                    p.awaits_buffer = true;
+                    p.awaits_buffer = Some(0);
                 }
                 self.rails[rail.index()].awaiting_buffer = true;
             } else {
@@ -200,20 +205,28 @@ impl Core {
 
     /// Whether queued operation `id` may be handed over: a packet waiting
     /// for a buffer takes one from the pool or, once nothing is in flight
-    /// on the rail to bring one back, a new one; false while it must wait.
+    /// on the rail to bring one back or it has waited [`BUFFER_WAIT`]
+    /// passes, a new one; false while it must wait.
     #[cold]
     pub(super) fn buffer_for(&mut self, rail: RailId, id: OpId, out: &mut Out) -> bool {
-        if !matches!(self.ops.get(id), Some(Op::Packet(p)) if p.awaits_buffer) {
-            return true;
-        }
+        let waited = match self.ops.get(id) {
+            Some(Op::Packet(p)) => match p.awaits_buffer {
+                Some(w) => w,
+                None => return true,
+            },
+            _ => return true,
+        };
         if !self.rebuffer_pooled(id, out) {
-            if self.rails[rail.index()].inflight > 0 {
+            if self.rails[rail.index()].inflight > 0 && waited < BUFFER_WAIT {
+                if let Some(Op::Packet(p)) = self.ops.get_mut(id) {
+                    p.awaits_buffer = Some(waited + 1);
+                }
                 return false;
             }
             self.rebuffer(id, out);
         }
         if let Some(Op::Packet(p)) = self.ops.get_mut(id) {
-            p.awaits_buffer = false;
+            p.awaits_buffer = None;
         }
         true
     }

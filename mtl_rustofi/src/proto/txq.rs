@@ -27,6 +27,14 @@ pub(crate) const RESENDS: u8 = 3;
 /// the bound keeps a registration that always fails from retrying for ever.
 pub(crate) const REBUFFERS: u8 = 8;
 
+/// Passes of its rail's queue (progress calls) a packet moved off a buffer
+/// whose registration failed waits for a pooled buffer before one is
+/// registered for it anyway. The wait is bounded because what is in flight
+/// may never bring a buffer back that holds it: chunks hold none, small
+/// packets hold small ones, and a send to a process that exited may never
+/// complete; meanwhile the packet holds up its rail's queue.
+pub(crate) const BUFFER_WAIT: u16 = 1000;
+
 /// What the outcome of a packet means beyond freeing its buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum AfterSend {
@@ -58,8 +66,9 @@ pub(super) struct Packet {
     /// ([`REBUFFERS`]).
     pub(super) rebuffers_left: u8,
     /// Its buffer's registration failed and it waits in the rail's queue
-    /// for a buffer to come back to the pool (`Core::buffer_for`).
-    pub(super) awaits_buffer: bool,
+    /// for a buffer to come back to the pool (`Core::buffer_for`): the
+    /// passes of the queue it has waited so far.
+    pub(super) awaits_buffer: Option<u16>,
     /// Bytes charged to the peer's flow control ([`super::flow`]) until
     /// the packet is reported.
     pub(super) held: usize,
@@ -233,8 +242,12 @@ impl Core {
         if let Posted::Op(id) = what {
             // Queued again or failed: its sends are not complete yet.
             self.recall_carried(id, out);
+            // A buffer whose registration failed says nothing about the
+            // peer: no evidence against it (`Core::waited_peers`).
+            let unregistered =
+                matches!(self.ops.get(id), Some(Op::Packet(p)) if self.tx_unusable(&p.buf));
             if let Some(Op::Packet(p)) = self.ops.get_mut(id) {
-                p.refused = true;
+                p.refused |= !unregistered;
             }
         }
         match (what, err) {
@@ -542,7 +555,7 @@ impl Core {
             then,
             resends_left: RESENDS,
             rebuffers_left: REBUFFERS,
-            awaits_buffer: false,
+            awaits_buffer: None,
             held,
             carried,
             reported: goes,

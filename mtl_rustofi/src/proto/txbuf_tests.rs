@@ -1,0 +1,131 @@
+//! Unit tests of a packet moved off a bounce buffer whose registration
+//! failed (FI_MR_LOCAL rails): it waits for a pooled buffer while
+//! something in flight may bring one back, and no longer than
+//! [`BUFFER_WAIT`] passes, since what is in flight may never complete.
+
+use super::action::{Action, Event, Out, PostError, Posted, Status};
+use super::eager::SendArgs;
+use super::ids::{OpId, PeerId, ReqId};
+use super::txbuf::MrUse;
+use super::txq::BUFFER_WAIT;
+use super::Core;
+use crate::usermem::UserBuf;
+
+/// A core over an FI_MR_LOCAL network rail with peers A and B.
+fn core() -> (Core, PeerId, PeerId) {
+    crate::log::QUIET.with(|q| q.set(true));
+    let (mut c, peers) = super::test_core::net_core("verbs;ofi_rxm", &[2, 3]);
+    c.rails[0].profile.mr_local = true;
+    (c, peers[0], peers[1])
+}
+
+/// Sends `data` to `peer` as request `req`.
+fn send(c: &mut Core, peer: PeerId, data: &mut [u8], req: usize, out: &mut Out) {
+    // SAFETY: every caller keeps `data` alive until the core is dropped.
+    let buf = unsafe { UserBuf::new(data.as_mut_ptr(), data.len()) };
+    let args = SendArgs {
+        peer,
+        ctx: 0,
+        src: 0,
+        tag: req as i32,
+        buf,
+        sync: false,
+        req: ReqId(req),
+    };
+    c.send(args, out).unwrap().into_out(out);
+}
+
+/// Plays the driver over `out`'s actions: registrations succeed if
+/// `reg_ok`, a send naming a failed registration fails its post, and the
+/// other sends are taken (returned, with the registrations asked for).
+fn drive(c: &mut Core, out: &mut Out, reg_ok: bool) -> (Vec<OpId>, usize) {
+    let mut taken = Vec::new();
+    let mut registrations = 0;
+    for a in std::mem::take(&mut out.actions) {
+        match a {
+            Action::Register { mr, .. } => {
+                registrations += 1;
+                c.on_registered(mr, if reg_ok { Ok(1) } else { Err(-12) }, out);
+            }
+            Action::Send { op, mr, .. } => {
+                if mr.is_some_and(|m| c.mrs.get(m) == Some(&MrUse::Failed)) {
+                    c.on_post_failed(Posted::Op(op), PostError::Hard(-22), out);
+                } else {
+                    taken.push(op);
+                }
+            }
+            _ => {}
+        }
+    }
+    (taken, registrations)
+}
+
+/// Whether `out` reports send `req` complete.
+fn completed(out: &Out, req: usize) -> bool {
+    out.events
+        .iter()
+        .any(|e| matches!(e, Event::Send { req: r, status: Status::Ok } if r.0 == req))
+}
+
+/// A small packet to A stays in flight for good (rxm reports nothing for
+/// a send to a process that exited), so no full-size buffer comes back:
+/// the large packet to B whose registration failed, and the send queued
+/// behind it, wait [`BUFFER_WAIT`] passes, then a new buffer is
+/// registered and both go. B is not taken for unreachable meanwhile.
+#[test]
+fn a_waiting_packet_gets_a_new_buffer_after_the_bound() {
+    let (mut c, a, b) = core();
+    let (mut d1, mut d2, mut d3) = ([1u8; 100], [2u8; 1000], [3u8; 50]);
+    let mut out = Out::new();
+    send(&mut c, a, &mut d1, 1, &mut out);
+    assert_eq!(drive(&mut c, &mut out, true).0.len(), 1, "A's packet goes");
+    send(&mut c, b, &mut d2, 2, &mut out);
+    assert!(
+        drive(&mut c, &mut out, false).0.is_empty(),
+        "registration failed"
+    );
+    send(&mut c, b, &mut d3, 3, &mut out);
+    assert!(drive(&mut c, &mut out, true).0.is_empty(), "queued behind");
+    for pass in 0..BUFFER_WAIT {
+        c.tick(&mut out);
+        let (taken, regs) = drive(&mut c, &mut out, true);
+        assert_eq!((taken.len(), regs), (0, 0), "pass {pass}: it waits");
+    }
+    assert!(
+        !c.waited_peers()[b.index()],
+        "a failed registration is no evidence against B"
+    );
+    c.tick(&mut out);
+    let (taken, regs) = drive(&mut c, &mut out, true);
+    // One registration: the 50-byte packet's buffer was registered as it
+    // was made.
+    assert_eq!(
+        (taken.len(), regs),
+        (2, 1),
+        "a new buffer registered, both go"
+    );
+    assert!(completed(&out, 2) && completed(&out, 3));
+}
+
+/// The same packet takes a full-size buffer as soon as one comes back to
+/// the pool, with no new registration.
+#[test]
+fn a_waiting_packet_takes_a_buffer_that_comes_back() {
+    let (mut c, a, b) = core();
+    let (mut d1, mut d2) = ([1u8; 1000], [2u8; 1000]);
+    let mut out = Out::new();
+    send(&mut c, a, &mut d1, 1, &mut out);
+    let (first, _) = drive(&mut c, &mut out, true);
+    send(&mut c, b, &mut d2, 2, &mut out);
+    assert!(drive(&mut c, &mut out, false).0.is_empty());
+    for _ in 0..3 {
+        c.tick(&mut out);
+        assert_eq!(drive(&mut c, &mut out, true), (vec![], 0), "it waits");
+    }
+    c.on_complete(first[0], &mut out);
+    c.tick(&mut out);
+    let (taken, regs) = drive(&mut c, &mut out, true);
+    assert_eq!((taken.len(), regs), (1, 0), "A's buffer, no registration");
+    assert!(completed(&out, 2));
+    assert_eq!(c.leftovers().retry, 0);
+}
