@@ -115,6 +115,13 @@ impl Core {
         }
     }
 
+    /// Whether a failed post of packet `p` was for want of its buffer's
+    /// registration: the registration failed and the post named it (an
+    /// injected packet names none, so its failures are the provider's).
+    pub(super) fn failed_for_registration(&self, p: &super::txq::Packet) -> bool {
+        self.tx_unusable(&p.buf) && !self.goes_by_inject(p)
+    }
+
     /// Whether the buffer's registration failed: every send from it fails,
     /// so it must leave the pool.
     pub(super) fn tx_unusable(&self, b: &TxBuf) -> bool {
@@ -167,7 +174,9 @@ impl Core {
     pub(super) fn unregistered_packet_moves(&mut self, id: OpId, why: &str, out: &mut Out) -> bool {
         let moves = match self.ops.get(id) {
             Some(Op::Packet(p)) => {
-                p.rebuffers_left > 0 && !self.peers[p.peer.index()].lost && self.tx_unusable(&p.buf)
+                p.rebuffers_left > 0
+                    && !self.peers[p.peer.index()].lost
+                    && self.failed_for_registration(p)
             }
             _ => false,
         };

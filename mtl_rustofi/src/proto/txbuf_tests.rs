@@ -7,7 +7,7 @@ use super::action::{Action, Event, Out, PostError, Posted, Status};
 use super::eager::SendArgs;
 use super::ids::{OpId, PeerId, ReqId};
 use super::txbuf::MrUse;
-use super::txq::BUFFER_WAIT;
+use super::txq::{Op, BUFFER_WAIT, REBUFFERS, RESENDS};
 use super::Core;
 use crate::usermem::UserBuf;
 
@@ -36,8 +36,9 @@ fn send(c: &mut Core, peer: PeerId, data: &mut [u8], req: usize, out: &mut Out) 
 }
 
 /// Plays the driver over `out`'s actions: registrations succeed if
-/// `reg_ok`, a send naming a failed registration fails its post, and the
-/// other sends are taken (returned, with the registrations asked for).
+/// `reg_ok`, a send naming a failed registration fails its post (an
+/// injected one names none), and the other sends are taken (returned,
+/// with the registrations asked for).
 fn drive(c: &mut Core, out: &mut Out, reg_ok: bool) -> (Vec<OpId>, usize) {
     let mut taken = Vec::new();
     let mut registrations = 0;
@@ -47,8 +48,8 @@ fn drive(c: &mut Core, out: &mut Out, reg_ok: bool) -> (Vec<OpId>, usize) {
                 registrations += 1;
                 c.on_registered(mr, if reg_ok { Ok(1) } else { Err(-12) }, out);
             }
-            Action::Send { op, mr, .. } => {
-                if mr.is_some_and(|m| c.mrs.get(m) == Some(&MrUse::Failed)) {
+            Action::Send { op, mr, inject, .. } => {
+                if !inject && mr.is_some_and(|m| c.mrs.get(m) == Some(&MrUse::Failed)) {
                     c.on_post_failed(Posted::Op(op), PostError::Hard(-22), out);
                 } else {
                     taken.push(op);
@@ -128,4 +129,32 @@ fn a_waiting_packet_takes_a_buffer_that_comes_back() {
     assert_eq!((taken.len(), regs), (1, 0), "A's buffer, no registration");
     assert!(completed(&out, 2));
     assert_eq!(c.leftovers().retry, 0);
+}
+
+/// An injected packet names no registration (`fi_inject` takes no
+/// descriptor), so its buffer's failed registration does not stop it, and
+/// a refusal of it is the provider's: a resend used, not a move, and
+/// evidence against its peer.
+#[test]
+fn an_injected_packets_failures_are_the_providers() {
+    let (mut c, _, b) = core();
+    c.rails[0].profile.inject_size = 256;
+    let mut d = [1u8; 100];
+    let mut out = Out::new();
+    send(&mut c, b, &mut d, 1, &mut out);
+    let (taken, regs) = drive(&mut c, &mut out, false);
+    assert_eq!((taken.len(), regs), (1, 1), "injected, registration failed");
+    let op = taken[0];
+    c.on_post_failed(Posted::Op(op), PostError::Hard(-5), &mut out);
+    let Some(Op::Packet(p)) = c.ops.get(op) else {
+        panic!("the packet is resent")
+    };
+    assert_eq!(
+        (p.resends_left, p.rebuffers_left, p.awaits_buffer),
+        (RESENDS - 1, REBUFFERS, None)
+    );
+    assert!(
+        c.waited_peers()[b.index()],
+        "the provider's refusal is evidence"
+    );
 }

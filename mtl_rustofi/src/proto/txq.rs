@@ -27,9 +27,10 @@ pub(crate) const RESENDS: u8 = 3;
 /// the bound keeps a registration that always fails from retrying for ever.
 pub(crate) const REBUFFERS: u8 = 8;
 
-/// Passes of its rail's queue (progress calls) a packet moved off a buffer
-/// whose registration failed waits for a pooled buffer before one is
-/// registered for it anyway. The wait is bounded because what is in flight
+/// Passes of its rail's queue (`Core::run_retries`, a tick; a progress
+/// round may make more than one) that a packet moved off a buffer whose
+/// registration failed waits at the queue's head for a pooled buffer
+/// before one is registered for it anyway. The wait is bounded because what is in flight
 /// may never bring a buffer back that holds it: chunks hold none, small
 /// packets hold small ones, and a send to a process that exited may never
 /// complete; meanwhile the packet holds up its rail's queue.
@@ -242,10 +243,11 @@ impl Core {
         if let Posted::Op(id) = what {
             // Queued again or failed: its sends are not complete yet.
             self.recall_carried(id, out);
-            // A buffer whose registration failed says nothing about the
-            // peer: no evidence against it (`Core::waited_peers`).
-            let unregistered =
-                matches!(self.ops.get(id), Some(Op::Packet(p)) if self.tx_unusable(&p.buf));
+            // A post rejected for want of its buffer's registration says
+            // nothing about the peer: no evidence against it
+            // (`Core::waited_peers`). Any other refusal is.
+            let unregistered = matches!(err, PostError::Hard(_))
+                && matches!(self.ops.get(id), Some(Op::Packet(p)) if self.failed_for_registration(p));
             if let Some(Op::Packet(p)) = self.ops.get_mut(id) {
                 p.refused |= !unregistered;
             }
@@ -591,13 +593,7 @@ impl Core {
     /// packet, and an injected packet has none.
     #[inline(always)]
     fn send_action(&self, id: OpId, p: &Packet) -> Action {
-        let coalescable = self.cfg.coalesce
-            && p.then == AfterSend::Nothing
-            && p.buf.mem[1] == crate::wire::Kind::Eager as u8;
-        let inject = p.payload.is_none()
-            && !coalescable
-            && p.then != AfterSend::Ping
-            && p.len <= self.rails[p.rail.index()].profile.inject_size;
+        let inject = self.goes_by_inject(p);
         Action::Send {
             op: id,
             rail: p.rail,
@@ -607,6 +603,20 @@ impl Core {
             payload: p.payload.map(|u| u.region()),
             inject,
         }
+    }
+
+    /// Whether the packet is posted with `fi_inject`: no completion, and no
+    /// descriptor even on FI_MR_LOCAL rails (so its buffer's registration
+    /// does not matter).
+    #[inline]
+    pub(super) fn goes_by_inject(&self, p: &Packet) -> bool {
+        let coalescable = self.cfg.coalesce
+            && p.then == AfterSend::Nothing
+            && p.buf.mem[1] == crate::wire::Kind::Eager as u8;
+        p.payload.is_none()
+            && !coalescable
+            && p.then != AfterSend::Ping
+            && p.len <= self.rails[p.rail.index()].profile.inject_size
     }
 
     /// Puts an operation at the end of its rail's queue (handed over again

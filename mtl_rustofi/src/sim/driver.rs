@@ -212,7 +212,9 @@ impl World {
                         .on_post_failed(Posted::Op(op), PostError::Again, out);
                     return;
                 }
-                let reg_ok = self.check_mr(n, r, mr, head, Access::Send, "Send");
+                // An injected packet's registration is checked but does not
+                // matter: `fi_inject` takes no descriptor.
+                let reg_ok = self.check_mr(n, r, mr, head, Access::Send, "Send") || inject;
                 if payload.is_some() && self.rails.profiles[r].mr_local {
                     self.fail(&format!(
                         "node {n}: zero-copy payload on an FI_MR_LOCAL rail"
