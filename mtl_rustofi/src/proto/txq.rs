@@ -30,10 +30,11 @@ pub(crate) const REBUFFERS: u8 = 8;
 /// Passes of its rail's queue (`Core::run_retries`, a tick; a progress
 /// round may make more than one) that a packet moved off a buffer whose
 /// registration failed waits at the queue's head for a pooled buffer
-/// before one is registered for it anyway. The wait is bounded because what is in flight
-/// may never bring a buffer back that holds it: chunks hold none, small
-/// packets hold small ones, and a send to a process that exited may never
-/// complete; meanwhile the packet holds up its rail's queue.
+/// before one is registered for it anyway. The wait is bounded because
+/// what is in flight may never bring back a buffer that holds it: chunks
+/// hold none, small packets hold small ones, and a send to a process that
+/// exited may never complete; meanwhile the packet holds up its rail's
+/// queue.
 pub(crate) const BUFFER_WAIT: u16 = 1000;
 
 /// What the outcome of a packet means beyond freeing its buffer.
