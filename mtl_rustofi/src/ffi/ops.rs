@@ -110,11 +110,11 @@ pub extern "C" fn rustofi_failed() -> c_int {
     component().is_some_and(|c| c.engine.failed()) as c_int
 }
 
-fn report(r: Result<(), crate::engine::EngineError>) -> c_int {
+fn report<E: Into<crate::engine::EngineError>>(r: Result<(), E>) -> c_int {
     match r {
         Ok(()) => 0,
         Err(e) => {
-            crate::log::error(&e.0);
+            crate::log::error(&e.into().0);
             ERR
         }
     }
@@ -186,7 +186,7 @@ pub unsafe extern "C" fn rustofi_isend(
             Ok(Started::Complete) if e.tx_flushed() => RUSTOFI_SEND_FLUSHED,
             Ok(Started::Complete) => RUSTOFI_SEND_COMPLETE,
             Ok(Started::Pending) => 0,
-            Err(e) => report(Err(e.into())),
+            Err(e) => report(Err(e)),
         }
     })
 }
@@ -217,19 +217,16 @@ pub unsafe extern "C" fn rustofi_irecv(
         // SAFETY: the contract says `req` points at a valid request head.
         let (buf, len) = unsafe { head_bytes(req) };
         // SAFETY: forwarded from this function's contract.
-        report(
-            unsafe {
-                e.irecv(
-                    Selector::from_mpi(ctx, src, tag),
-                    source_peer(peer),
-                    buf as *mut u8,
-                    len,
-                    ReqPtr(req as *mut Request),
-                    out,
-                )
-            }
-            .map_err(Into::into),
-        )
+        report(unsafe {
+            e.irecv(
+                Selector::from_mpi(ctx, src, tag),
+                source_peer(peer),
+                buf as *mut u8,
+                len,
+                ReqPtr(req as *mut Request),
+                out,
+            )
+        })
     })
 }
 
@@ -333,18 +330,15 @@ pub unsafe extern "C" fn rustofi_imrecv(msg: *mut c_void, req: *mut RustofiReqHe
         let (buf, len) = unsafe { head_bytes(req) };
         // SAFETY: forwarded from this function's contract: `msg` came from
         // rustofi_improbe and is used once; `buf` and `req` as for irecv.
-        report(
-            unsafe {
-                e.imrecv(
-                    MessageHandle(msg),
-                    buf as *mut u8,
-                    len,
-                    ReqPtr(req as *mut Request),
-                    out,
-                )
-            }
-            .map_err(Into::into),
-        )
+        report(unsafe {
+            e.imrecv(
+                MessageHandle(msg),
+                buf as *mut u8,
+                len,
+                ReqPtr(req as *mut Request),
+                out,
+            )
+        })
     })
 }
 

@@ -155,31 +155,14 @@ impl Core {
 mod tests {
     use super::*;
     use crate::proto::action::{Action, PostError, Posted};
-    use crate::proto::eager::SendArgs;
     use crate::proto::ids::PeerId;
-    use crate::usermem::UserBuf;
 
     fn core() -> (Core, PeerId) {
         let (c, peers) = crate::proto::test_core::net_core("tcp;ofi_rxm", &[2]);
         (c, peers[0])
     }
 
-    /// Sends `data` to `peer` as request `req`; the output goes to `out`.
-    fn send(c: &mut Core, peer: PeerId, data: &mut [u8], req: usize, out: &mut Out) {
-        // SAFETY: every caller keeps `data` alive until the core is
-        // dropped.
-        let buf = unsafe { UserBuf::new(data.as_mut_ptr(), data.len()) };
-        let args = SendArgs {
-            peer,
-            ctx: 0,
-            src: 0,
-            tag: req as i32,
-            buf,
-            sync: false,
-            req: ReqId(req),
-        };
-        c.send(args, out).unwrap().into_out(out);
-    }
+    use crate::proto::test_core::send;
 
     /// The packets handed to the driver, in order.
     fn sent_ops(out: &Out) -> Vec<OpId> {

@@ -1,9 +1,12 @@
 //! A core over one network rail without striping, coalescing or faults,
 //! for the core's own unit tests.
 
-use super::ids::{FiAddr, PeerId, RailId};
+use super::action::Out;
+use super::eager::SendArgs;
+use super::ids::{FiAddr, PeerId, RailId, ReqId};
 use super::{Core, CoreConfig, RailProfile, Stats};
 use crate::config::Fault;
+use crate::usermem::UserBuf;
 use crate::wire::RailKind;
 use std::sync::Arc;
 
@@ -44,4 +47,21 @@ pub(super) fn net_core(provider: &str, names: &[u64]) -> (Core, Vec<PeerId>) {
         .map(|&name| c.add_peer(name, RailId(0), FiAddr(0), 8192))
         .collect();
     (c, peers)
+}
+
+/// Sends `data` to `peer` as request `req` (its tag too), not
+/// synchronous; the output goes to `out`.
+pub(super) fn send(c: &mut Core, peer: PeerId, data: &mut [u8], req: usize, out: &mut Out) {
+    // SAFETY: every caller keeps `data` alive until the core is dropped.
+    let buf = unsafe { UserBuf::new(data.as_mut_ptr(), data.len()) };
+    let args = SendArgs {
+        peer,
+        ctx: 0,
+        src: 0,
+        tag: req as i32,
+        buf,
+        sync: false,
+        req: ReqId(req),
+    };
+    c.send(args, out).unwrap().into_out(out);
 }

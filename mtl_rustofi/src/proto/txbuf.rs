@@ -134,13 +134,9 @@ impl Core {
     /// would fail the same way and the peer would be given up over one
     /// failed registration).
     pub(super) fn rebuffer(&mut self, id: OpId, out: &mut Out) {
-        let rail = match self.ops.get(id) {
-            Some(Op::Packet(p)) if self.tx_unusable(&p.buf) => p.rail,
+        let (rail, len) = match self.ops.get(id) {
+            Some(Op::Packet(p)) if self.tx_unusable(&p.buf) => (p.rail, p.len),
             _ => return,
-        };
-        let len = match self.ops.get(id) {
-            Some(Op::Packet(p)) => p.len,
-            _ => unreachable!("checked above"),
         };
         let fresh = self.take_tx_for(rail, len, out);
         self.swap_buffer(id, fresh, out);

@@ -4,12 +4,11 @@
 //! [`BUFFER_WAIT`] passes, since what is in flight may never complete.
 
 use super::action::{Action, Event, Out, PostError, Posted, Status};
-use super::eager::SendArgs;
-use super::ids::{OpId, PeerId, ReqId};
+use super::ids::{OpId, PeerId};
+use super::test_core::send;
 use super::txbuf::MrUse;
 use super::txq::{Op, BUFFER_WAIT, REBUFFERS, RESENDS};
 use super::Core;
-use crate::usermem::UserBuf;
 
 /// A core over an FI_MR_LOCAL network rail with peers A and B.
 fn core() -> (Core, PeerId, PeerId) {
@@ -17,22 +16,6 @@ fn core() -> (Core, PeerId, PeerId) {
     let (mut c, peers) = super::test_core::net_core("verbs;ofi_rxm", &[2, 3]);
     c.rails[0].profile.mr_local = true;
     (c, peers[0], peers[1])
-}
-
-/// Sends `data` to `peer` as request `req`.
-fn send(c: &mut Core, peer: PeerId, data: &mut [u8], req: usize, out: &mut Out) {
-    // SAFETY: every caller keeps `data` alive until the core is dropped.
-    let buf = unsafe { UserBuf::new(data.as_mut_ptr(), data.len()) };
-    let args = SendArgs {
-        peer,
-        ctx: 0,
-        src: 0,
-        tag: req as i32,
-        buf,
-        sync: false,
-        req: ReqId(req),
-    };
-    c.send(args, out).unwrap().into_out(out);
 }
 
 /// Plays the driver over `out`'s actions: registrations succeed if

@@ -8,7 +8,7 @@
 #![cfg(test)]
 
 use super::defects::{assert_delivered, directed, errors, msg, send_status};
-use super::fabric::{Inject, PostInfo, PostKind};
+use super::fabric::{Inject, PostInfo, PostKind, World};
 use super::profiles::profile_set;
 use super::workload::MsgSpec;
 use crate::proto::ids::OpId;
@@ -54,6 +54,19 @@ fn count_first_packet(i: &PostInfo, first: &mut Option<OpId>, tried: &Cell<u32>)
     }
 }
 
+/// Asserts that all `n` messages arrived, node 1 is still node 0's peer,
+/// and node 0 counted one error per failed registration (`failed`) and no
+/// other.
+fn assert_all_arrived_peer_kept(w: &World, n: usize, failed: u32, profile: &str) {
+    assert_delivered(w, 0..n, profile);
+    let peer = w.nodes[0].peer_of[1].expect("a peer");
+    assert!(
+        !w.nodes[0].core.peer_is_lost(peer),
+        "{profile}: node 1 given up over failed registrations"
+    );
+    assert_eq!(errors(w, 0), u64::from(failed), "{profile}: errors");
+}
+
 /// Node 0's bounce-buffer registrations fail until its first packet has
 /// failed more times than a packet has resends: the packet moves from
 /// buffer to buffer, every message arrives, and node 1 stays node 0's
@@ -80,13 +93,7 @@ fn sim_failed_bounce_registrations_use_no_resends() {
             Inject::Clean
         });
         assert_eq!(tried.get(), fails + 1, "{profile}: first packet's posts");
-        assert_delivered(&w, 0..n, profile);
-        let peer = w.nodes[0].peer_of[1].expect("a peer");
-        assert!(
-            !w.nodes[0].core.peer_is_lost(peer),
-            "{profile}: node 1 given up over failed registrations"
-        );
-        assert_eq!(errors(&w, 0), u64::from(fired.get()), "{profile}: errors");
+        assert_all_arrived_peer_kept(&w, n, fired.get(), profile);
     }
 }
 
@@ -153,15 +160,9 @@ fn sim_packets_wait_for_pooled_buffers_when_registration_fails() {
         });
         assert!(
             fired.get() > 0,
-            "{profile}: only {} registrations failed",
+            "{profile}: {} registrations failed",
             fired.get()
         );
-        assert_delivered(&w, 0..n, profile);
-        let peer = w.nodes[0].peer_of[1].expect("a peer");
-        assert!(
-            !w.nodes[0].core.peer_is_lost(peer),
-            "{profile}: node 1 given up"
-        );
-        assert_eq!(errors(&w, 0), u64::from(fired.get()), "{profile}: errors");
+        assert_all_arrived_peer_kept(&w, n, fired.get(), profile);
     }
 }
