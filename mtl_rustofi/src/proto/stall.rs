@@ -10,6 +10,7 @@
 //! here: a peer busy outside MPI is not a stall of ours, and peers that are
 //! really gone are the business of [`super::liveness`].
 
+use super::txq::Op;
 use super::Core;
 use std::fmt::Write;
 use std::time::Duration;
@@ -70,6 +71,20 @@ impl Core {
         self.busy() || !self.sync_wait.is_empty()
     }
 
+    /// Queued packets of rail `r` that wait for a bounce buffer to come
+    /// back, their own having failed to register (`Core::buffer_for`).
+    fn awaiting_buffers(&self, r: &super::Rail) -> usize {
+        if !r.awaiting_buffer {
+            return 0;
+        }
+        r.retry
+            .iter()
+            .filter(
+                |&&id| matches!(self.ops.get(id), Some(Op::Packet(p)) if p.awaits_buffer.is_some()),
+            )
+            .count()
+    }
+
     /// One line: what waits, per rail and in the core's tables.
     pub(crate) fn stall_report(&self, still: Duration) -> String {
         let l = self.leftovers();
@@ -100,6 +115,15 @@ impl Core {
                 r.retry.len(),
                 r.rx_retry.len(),
             );
+            let waiting = self.awaiting_buffers(r);
+            if waiting > 0 {
+                s.pop();
+                let _ = write!(
+                    s,
+                    ", {waiting} queued packets waiting for a registered bounce buffer \
+                     (registrations have failed);"
+                );
+            }
         }
         s.pop();
         if self

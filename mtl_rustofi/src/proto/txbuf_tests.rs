@@ -79,8 +79,17 @@ fn a_waiting_packet_gets_a_new_buffer_after_the_bound() {
         !c.waited_peers()[b.index()],
         "a failed registration is no evidence against B"
     );
+    let report = c.stall_report(std::time::Duration::from_secs(10));
+    assert!(
+        report.contains(
+            "2 queued, 0 rx unposted, 1 queued packets waiting for a registered bounce buffer"
+        ),
+        "the stall report names the wait: {report}"
+    );
     c.tick(&mut out);
     let (taken, regs) = drive(&mut c, &mut out, true);
+    let report = c.stall_report(std::time::Duration::from_secs(10));
+    assert!(!report.contains("bounce buffer"), "no wait left: {report}");
     // One registration: the 50-byte packet's buffer was registered as it
     // was made.
     assert_eq!(
