@@ -295,6 +295,9 @@ impl ShmRail {
         let (probe, probe_value) = cma::probe_word();
         let host = segment::host_id();
         let seg = Arc::new(Segment::attach(job.jobid, host, job.size)?);
+        // Before this rank's address is published, so before any rank
+        // writes to it.
+        seg.empty_rings_to(job.rank);
         let max = ring::max_packet(segment::MIN_RING_CELLS) - wire::EXT_LEN;
         let eager_limit = settings.eager_limit.unwrap_or(DEFAULT_EAGER).min(max);
         let buf_size = wire::BASE_LEN + eager_limit.max(wire::EXT_LEN - wire::BASE_LEN);

@@ -487,8 +487,7 @@ impl Segment {
     /// 5.14), the pages fault in as they are reached, as they would anyway.
     pub(crate) fn prime(&self, from: usize, to: usize) -> bool {
         assert!(from < self.ranks && to < self.ranks);
-        // SAFETY: sysconf has no preconditions.
-        let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
+        let page = page_size();
         let off = self.ring_offset(from, to);
         let start = off / page * page;
         let end = (off + ring_bytes(self.cells)).div_ceil(page) * page;
@@ -506,14 +505,97 @@ impl Segment {
     }
 }
 
+impl Segment {
+    /// Empties every ring to local rank `to`, the rings this rank consumes:
+    /// their tail words and cells read as zeros again, a ring's empty
+    /// state. Called by `to` as it attaches, before it publishes its
+    /// address.
+    ///
+    /// Why: the object found under the job's name may be a leftover of an
+    /// earlier job with the same id (Open MPI's job ids repeat), one in
+    /// which some local rank never attached (it used the network rail) and
+    /// whose ranks all died without cleanup. Its size and attach count can
+    /// fit this job, and its rings then hold that job's packets and tail
+    /// positions, which this job would read as its own messages. No rank
+    /// writes into a ring to `to` before it has read `to`'s address from
+    /// the modex, so nothing of this job's is lost.
+    ///
+    /// Cheap on a fresh object, whose rings hold no pages: the whole pages
+    /// of a ring are freed (`MADV_REMOVE`: a hole punched in the object,
+    /// read as zeros in every mapping), and the pages at its ends, shared
+    /// with the neighbouring rings, have this ring's bytes zeroed only if
+    /// they hold memory (`mincore`), so that an untouched one is not
+    /// allocated for nothing.
+    pub(crate) fn empty_rings_to(&self, to: usize) {
+        let page = page_size();
+        for from in 0..self.ranks {
+            let start = self.ring_offset(from, to);
+            let end = start + ring_bytes(self.cells);
+            let inner = (start.div_ceil(page) * page, end / page * page);
+            if inner.0 < inner.1 {
+                // SAFETY: whole pages inside our mapping, all of them
+                // within this ring, which no other process uses yet (see
+                // above); the advice only returns them to zeros.
+                let r = unsafe {
+                    libc::madvise(
+                        self.base.add(inner.0) as *mut libc::c_void,
+                        inner.1 - inner.0,
+                        libc::MADV_REMOVE,
+                    )
+                };
+                if r != 0 {
+                    // Not supported by this file system: written instead.
+                    self.zero_where_allocated(inner.0, inner.1, page);
+                }
+                self.zero_where_allocated(start, inner.0, page);
+                self.zero_where_allocated(inner.1, end, page);
+            } else {
+                self.zero_where_allocated(start, end, page);
+            }
+        }
+    }
+
+    /// Writes zeros over the bytes from `start` to `end` (offsets in the
+    /// mapping) that lie in pages holding memory; the others read as zeros
+    /// already.
+    fn zero_where_allocated(&self, start: usize, end: usize, page: usize) {
+        let mut at = start;
+        while at < end {
+            let page_start = at / page * page;
+            let upto = end.min(page_start + page);
+            let mut resident = 0u8;
+            // SAFETY: one page of our mapping (page aligned, within it since
+            // `at` is), one result byte.
+            let r = unsafe {
+                libc::mincore(
+                    self.base.add(page_start) as *mut libc::c_void,
+                    page,
+                    &mut resident,
+                )
+            };
+            if r != 0 || resident & 1 != 0 {
+                // SAFETY: bytes of a ring that no other process uses yet,
+                // inside our mapping.
+                unsafe { std::ptr::write_bytes(self.base.add(at), 0, upto - at) };
+            }
+            at = upto;
+        }
+    }
+}
+
+/// The system's page size.
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
+}
+
 #[cfg(all(test, not(loom)))]
 impl Segment {
     /// Of the whole pages of the cells of the ring from `from` to `to`,
     /// how many hold memory (`mincore`: allocated in the shared object, by
     /// whichever rank), and how many there are.
     pub(crate) fn resident_pages(&self, from: usize, to: usize) -> (usize, usize) {
-        // SAFETY: sysconf has no preconditions.
-        let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
+        let page = page_size();
         let off = self.ring_offset(from, to) + LINE;
         let start = off.div_ceil(page) * page;
         let end = (off + self.cells * CELL) / page * page;

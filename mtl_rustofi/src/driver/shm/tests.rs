@@ -534,3 +534,38 @@ fn an_address_of_another_job_or_host_is_not_served() {
     assert!(!a.in_other_segment(&elsewhere.encode()));
     assert!(!a.in_other_segment(&b.name()));
 }
+
+/// A rank that opens the rail on a leftover object of its job's name (an
+/// earlier job with the same id, which died before every rank attached)
+/// empties the rings it will read before its address goes out: the
+/// earlier job's packets to it are gone.
+#[test]
+fn a_rank_opening_on_a_leftover_empties_its_rings() {
+    let jobid = 0xb4 << 24 | std::process::id() & 0xff_ffff;
+    let old = Segment::attach(jobid, segment::host_id(), 2).unwrap();
+    let mut p = ring::Producer::new(old.ring(0, 1));
+    p.push(&[b"a packet of the earlier job"]).unwrap();
+    assert_ne!(
+        old.ring(0, 1)
+            .word(0)
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    let b = ShmRail::open(
+        LocalJob {
+            jobid,
+            rank: 1,
+            size: 2,
+        },
+        &settings(),
+    )
+    .unwrap();
+    assert_eq!(b.seg.id(), old.id(), "opened on the leftover");
+    assert_eq!(
+        old.ring(0, 1)
+            .word(0)
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    assert!(!Consumer::new(old.ring(0, 1)).pop(|_| {}).unwrap());
+}
