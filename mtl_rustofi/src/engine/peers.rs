@@ -81,9 +81,10 @@ pub(super) fn add_peer(
 const OTHER_SEGMENT: &str = "a rank on this host (by Open MPI's account: the same host \
      name) is in another shared-memory segment of this job, which this process cannot \
      see (its /dev/shm is another: a container of its own, without the host's IPC \
-     namespace), and this process opened no network rail to reach it otherwise: share \
-     /dev/shm between the ranks (docker run --ipc=host) or name a provider with \
-     mtl_rustofi_provider_include (e.g. tcp)";
+     namespace; or part of the job opened a leftover of an earlier job with the same id, \
+     which a new start does not meet), and this process opened no network rail to reach \
+     it otherwise: share /dev/shm between the ranks (docker run --ipc=host) or name a \
+     provider with mtl_rustofi_provider_include (e.g. tcp)";
 
 /// Why a peer beyond this job's host cannot be reached.
 const NO_NET_RAIL: &str = "this process opened no network rail (every rank of its job \

@@ -105,9 +105,15 @@ impl Core {
             l.held_out_of_order,
         );
         for (i, r) in self.rails.iter().enumerate() {
+            let waiting = match self.awaiting_buffers(r) {
+                0 => String::new(),
+                n => format!(
+                    " ({n} waiting for a registered bounce buffer: registrations have failed)"
+                ),
+            };
             let _ = write!(
                 s,
-                " rail {i} ({}, {:?}): {}/{} in flight, {} queued, {} rx unposted;",
+                " rail {i} ({}, {:?}): {}/{} in flight, {} queued{waiting}, {} rx unposted;",
                 r.profile.provider,
                 r.profile.kind,
                 r.inflight,
@@ -115,15 +121,6 @@ impl Core {
                 r.retry.len(),
                 r.rx_retry.len(),
             );
-            let waiting = self.awaiting_buffers(r);
-            if waiting > 0 {
-                s.pop();
-                let _ = write!(
-                    s,
-                    ", {waiting} queued packets waiting for a registered bounce buffer \
-                     (registrations have failed);"
-                );
-            }
         }
         s.pop();
         if self

@@ -82,7 +82,7 @@ fn a_waiting_packet_gets_a_new_buffer_after_the_bound() {
     let report = c.stall_report(std::time::Duration::from_secs(10));
     assert!(
         report.contains(
-            "2 queued, 0 rx unposted, 1 queued packets waiting for a registered bounce buffer"
+            "2 queued (1 waiting for a registered bounce buffer: registrations have failed), 0 rx"
         ),
         "the stall report names the wait: {report}"
     );

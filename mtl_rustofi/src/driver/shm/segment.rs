@@ -103,6 +103,9 @@ pub(crate) struct Segment {
     /// each other for peers.
     id: SegmentId,
     path: String,
+    /// The object's descriptor, kept to empty rings with (the name may be
+    /// gone by then); closed on drop.
+    fd: i32,
 }
 
 /// The object's name for a job on a host (and its path under `/dev/shm`).
@@ -214,6 +217,7 @@ struct Mapped {
     len: usize,
     cells: usize,
     id: SegmentId,
+    fd: i32,
 }
 
 /// The `fstat` of `fd`.
@@ -273,6 +277,7 @@ impl Segment {
             cells: m.cells,
             id: m.id,
             path: format!("/dev/shm{name}"),
+            fd: m.fd,
         };
         let n = seg.attached().fetch_add(1, Ordering::AcqRel) + 1;
         if n as usize >= ranks {
@@ -329,6 +334,7 @@ impl Segment {
                         len,
                         cells,
                         id,
+                        fd,
                     }))
                 }),
                 Ok(None) => Ok(None),
@@ -341,10 +347,14 @@ impl Segment {
                     Err(why)
                 }
             };
-            // SAFETY: our descriptor; the mapping (if any) stays valid.
+            if let Ok(Some(m)) = r {
+                // The descriptor goes with the mapping.
+                return Ok(m);
+            }
+            // SAFETY: our descriptor; nothing is mapped.
             unsafe { libc::close(fd) };
             match r {
-                Ok(Some(m)) => return Ok(m),
+                Ok(Some(_)) => unreachable!("returned above"),
                 // Its creator gave up and removed it: try again.
                 Ok(None) if Instant::now() < deadline => {}
                 Ok(None) => {
@@ -520,65 +530,32 @@ impl Segment {
     /// writes into a ring to `to` before it has read `to`'s address from
     /// the modex, so nothing of this job's is lost.
     ///
-    /// Cheap on a fresh object, whose rings hold no pages: the whole pages
-    /// of a ring are freed (`MADV_REMOVE`: a hole punched in the object,
-    /// read as zeros in every mapping), and the pages at its ends, shared
-    /// with the neighbouring rings, have this ring's bytes zeroed only if
-    /// they hold memory (`mincore`), so that an untouched one is not
-    /// allocated for nothing.
+    /// A hole is punched over each ring (`fallocate`): tmpfs frees the
+    /// whole pages and zeroes this ring's bytes of the pages it shares with
+    /// its neighbours where the object has them, swapped out or not, and
+    /// allocates nothing where it has none, so on a fresh object this costs
+    /// no memory. Where the file system cannot punch holes, the ring's
+    /// bytes are written zeros instead (its pages are then allocated, as
+    /// its first use would).
     pub(crate) fn empty_rings_to(&self, to: usize) {
-        let page = page_size();
+        let len = ring_bytes(self.cells);
         for from in 0..self.ranks {
-            let start = self.ring_offset(from, to);
-            let end = start + ring_bytes(self.cells);
-            let inner = (start.div_ceil(page) * page, end / page * page);
-            if inner.0 < inner.1 {
-                // SAFETY: whole pages inside our mapping, all of them
-                // within this ring, which no other process uses yet (see
-                // above); the advice only returns them to zeros.
-                let r = unsafe {
-                    libc::madvise(
-                        self.base.add(inner.0) as *mut libc::c_void,
-                        inner.1 - inner.0,
-                        libc::MADV_REMOVE,
-                    )
-                };
-                if r != 0 {
-                    // Not supported by this file system: written instead.
-                    self.zero_where_allocated(inner.0, inner.1, page);
-                }
-                self.zero_where_allocated(start, inner.0, page);
-                self.zero_where_allocated(inner.1, end, page);
-            } else {
-                self.zero_where_allocated(start, end, page);
-            }
-        }
-    }
-
-    /// Writes zeros over the bytes from `start` to `end` (offsets in the
-    /// mapping) that lie in pages holding memory; the others read as zeros
-    /// already.
-    fn zero_where_allocated(&self, start: usize, end: usize, page: usize) {
-        let mut at = start;
-        while at < end {
-            let page_start = at / page * page;
-            let upto = end.min(page_start + page);
-            let mut resident = 0u8;
-            // SAFETY: one page of our mapping (page aligned, within it since
-            // `at` is), one result byte.
+            let off = self.ring_offset(from, to);
+            // SAFETY: our descriptor; the range is this ring's, within the
+            // object, and no other process uses the ring yet (see above).
             let r = unsafe {
-                libc::mincore(
-                    self.base.add(page_start) as *mut libc::c_void,
-                    page,
-                    &mut resident,
+                libc::fallocate(
+                    self.fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    off as libc::off_t,
+                    len as libc::off_t,
                 )
             };
-            if r != 0 || resident & 1 != 0 {
-                // SAFETY: bytes of a ring that no other process uses yet,
-                // inside our mapping.
-                unsafe { std::ptr::write_bytes(self.base.add(at), 0, upto - at) };
+            if r != 0 {
+                // SAFETY: the ring's bytes, inside our mapping, used by no
+                // other process yet.
+                unsafe { std::ptr::write_bytes(self.base.add(off), 0, len) };
             }
-            at = upto;
         }
     }
 }
@@ -599,6 +576,33 @@ impl Segment {
         let off = self.ring_offset(from, to) + LINE;
         let start = off.div_ceil(page) * page;
         let end = (off + self.cells * CELL) / page * page;
+        self.resident_within(start, end)
+    }
+
+    /// As [`Segment::resident_pages`], over every page the ring touches,
+    /// its tail line and the pages it shares with its neighbours included.
+    pub(crate) fn resident_span(&self, from: usize, to: usize) -> (usize, usize) {
+        let page = page_size();
+        let off = self.ring_offset(from, to);
+        let start = off / page * page;
+        let end = (off + ring_bytes(self.cells)).div_ceil(page) * page;
+        self.resident_within(start, end)
+    }
+
+    /// The bytes of the ring from `from` to `to`, tail line and cells.
+    pub(crate) fn ring_image(&self, from: usize, to: usize) -> Vec<u8> {
+        let off = self.ring_offset(from, to);
+        let mut v = vec![0u8; ring_bytes(self.cells)];
+        // SAFETY: the ring lies within the mapping; the tests that call
+        // this have no writer running.
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(off), v.as_mut_ptr(), v.len()) };
+        v
+    }
+
+    /// Pages from `start` to `end` (page-aligned offsets in the mapping)
+    /// that hold memory, and how many there are.
+    fn resident_within(&self, start: usize, end: usize) -> (usize, usize) {
+        let page = page_size();
         let mut v = vec![0u8; (end - start) / page];
         // SAFETY: a page-aligned range inside our mapping, and one vector
         // byte per page of it.
@@ -627,8 +631,12 @@ impl Drop for Segment {
                 unlink_if_named(&name, self.id);
             }
         }
-        // SAFETY: our mapping, no longer used (the rail's rings are gone).
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+        // SAFETY: our mapping, no longer used (the rail's rings are gone),
+        // and our descriptor.
+        unsafe {
+            libc::munmap(self.base as *mut libc::c_void, self.len);
+            libc::close(self.fd);
+        }
     }
 }
 
