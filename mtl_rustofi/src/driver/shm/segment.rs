@@ -15,7 +15,10 @@
 //! ranks that mapped different objects of one name (removed and made
 //! again between their opens, or each in a `/dev/shm` of its own) never
 //! take each other for peers. A fresh object reads as zeros, which is
-//! every ring's empty state, so nobody initialises anything. Each rank
+//! every ring's empty state, so nobody initialises anything; each rank
+//! still empties the rings it reads as it attaches, which costs nothing on
+//! a fresh object and keeps a leftover's packets from being read
+//! ([`Segment::empty_rings_to`]). Each rank
 //! maps it and counts itself in the header. The rank that completes the
 //! count unlinks the name: from then on the memory lives only in the
 //! mappings, and nothing is left in `/dev/shm` however the ranks end.
