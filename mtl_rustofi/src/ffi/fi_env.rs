@@ -124,6 +124,42 @@ pub(super) fn tune_universe(settings: &config::Settings) {
     set_env("FI_UNIVERSE_SIZE", &settings.world_size.to_string());
 }
 
+/// rxd's window of unacknowledged packets per peer
+/// (`FI_OFI_RXD_MAX_UNACKED`, 128 by default) lowered to
+/// [`RXD_MAX_UNACKED`] under a libfabric older than 2.4, unless the user
+/// set it.
+///
+/// Before 2.4 the udp provider under rxd writes a receive completion
+/// into its completion queue without checking for room (fixed upstream
+/// in "prov/udp: fix CQ overflow case", 37eb3f551). rxd reads that queue
+/// one entry at a time, and every entry it handles can send more
+/// datagrams (an acknowledgement opens the window), each of which leaves
+/// a transmit completion there: with a wide window and a backlog in the
+/// socket the queue fills, and the next datagram received overwrites the
+/// oldest entry and is then read twice. rxd then delivers duplicates and
+/// packets of the wrong length, loses track of its posted buffers ("could
+/// not find posted rx to release", "failed to repost" in libfabric's
+/// warnings) and stops receiving: the threaded stress test on udp with
+/// `tagged off` stalled in 4 of 8 runs at 128 and in none of 8 at 32,
+/// which kept its time.
+pub(super) fn tune_rxd() {
+    if std::env::var_os("FI_OFI_RXD_MAX_UNACKED").is_some()
+        || !udp_overwrites_completions(crate::fabric::runtime_version())
+    {
+        return;
+    }
+    set_env("FI_OFI_RXD_MAX_UNACKED", &RXD_MAX_UNACKED.to_string());
+}
+
+/// Whether the udp provider of libfabric `version` overwrites completions
+/// when its completion queue is full ([`tune_rxd`]).
+fn udp_overwrites_completions(version: u32) -> bool {
+    version < crate::fabric::fi_version(2, 4)
+}
+
+/// rxd's window per peer where udp overwrites completions ([`tune_rxd`]).
+const RXD_MAX_UNACKED: usize = 32;
+
 /// Whether the host has an RDMA device, over which rxm may run on verbs.
 fn rdma_device() -> bool {
     std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
@@ -190,6 +226,15 @@ pub(super) fn set_env(var: &str, value: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rxd_window_narrowed_only_where_udp_overwrites_completions() {
+        use crate::fabric::fi_version;
+        assert!(udp_overwrites_completions(fi_version(1, 17)));
+        assert!(udp_overwrites_completions(fi_version(2, 3)));
+        assert!(!udp_overwrites_completions(fi_version(2, 4)));
+        assert!(!udp_overwrites_completions(fi_version(2, 5)));
+    }
 
     #[test]
     fn shared_receive_context_off_only_while_connections_fit_the_pools() {

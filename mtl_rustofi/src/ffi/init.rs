@@ -111,6 +111,7 @@ pub unsafe extern "C" fn rustofi_init(
         fi_env::tune_universe(&settings);
         fi_env::tune_rxm_receive(&settings);
         fi_env::tune_rxm(&settings);
+        fi_env::tune_rxd();
         let local_size = env_count("OMPI_COMM_WORLD_LOCAL_SIZE").unwrap_or(1) as usize;
         let local_job = crate::driver::shm::LocalJob {
             jobid: (cfg.my_name >> 32) as u32,
