@@ -129,19 +129,25 @@ pub(super) fn tune_universe(settings: &config::Settings) {
 /// [`RXD_MAX_UNACKED`] under a libfabric older than 2.4, unless the user
 /// set it.
 ///
-/// Before 2.4 the udp provider under rxd writes a receive completion
-/// into its completion queue without checking for room (fixed upstream
-/// in "prov/udp: fix CQ overflow case", 37eb3f551). rxd reads that queue
-/// one entry at a time, and every entry it handles can send more
-/// datagrams (an acknowledgement opens the window), each of which leaves
-/// a transmit completion there: with a wide window and a backlog in the
-/// socket the queue fills, and the next datagram received overwrites the
-/// oldest entry and is then read twice. rxd then delivers duplicates and
-/// packets of the wrong length, loses track of its posted buffers ("could
-/// not find posted rx to release", "failed to repost" in libfabric's
-/// warnings) and stops receiving: the threaded stress test on udp with
-/// `tagged off` stalled in 4 of 8 runs at 128 and in none of 8 at 32,
-/// which kept its time.
+/// Before 2.3.1 and 2.4 the udp provider under rxd writes a receive
+/// completion into its completion queue without checking for room
+/// (fixed upstream in "prov/udp: fix CQ overflow case", 37eb3f551;
+/// `fi_version` has no patch level, so 2.3.1 is narrowed too, which costs
+/// only throughput). rxd reads that queue one entry at a time, and every
+/// entry it handles can send more datagrams (an acknowledgement opens the
+/// window), each of which leaves a transmit completion there: with a wide
+/// window and a backlog in the socket the queue fills, and the next
+/// datagram received takes the slot of the oldest entry, which is lost,
+/// and is read twice. rxd then handles a packet twice (a duplicate, or a
+/// buffer already reused: another packet's bytes or length), and a lost
+/// transmit completion leaves its packet in use for good, shrinking the
+/// peer's window until sends to it stop. A narrower window makes the
+/// queue fill less often; it is not a bound. At np 2 the threaded stress
+/// test on udp with `tagged off` stalled in 4 of 8 runs at 128 and in
+/// none of 23 at 32, at the same speed. rxd over another datagram
+/// provider (verbs) is narrowed too. Read when libfabric initialises
+/// (before the first fi_getinfo of the process; another component that
+/// starts libfabric first makes it moot).
 pub(super) fn tune_rxd() {
     if std::env::var_os("FI_OFI_RXD_MAX_UNACKED").is_some()
         || !udp_overwrites_completions(crate::fabric::runtime_version())
