@@ -295,8 +295,10 @@ pub(crate) struct RingWatch {
 }
 
 // SAFETY: a `Raw` names memory of the segment, which the watch keeps
-// mapped; the watch only reads it through atomics (`ring::looks_ready`),
-// as the ring protocol allows any reader to.
+// mapped; the watch only reads it, and only through atomic loads of
+// aligned words (`ring::looks_ready`): it writes nothing, so the ring's
+// two sides see nothing of it. Its reads are hints (see `looks_ready`
+// for the one that may meet a producer's copy).
 unsafe impl Sync for RingWatch {}
 // SAFETY: as above; nothing in it is tied to a thread.
 unsafe impl Send for RingWatch {}

@@ -113,16 +113,27 @@ pub(crate) enum Refused {
 }
 
 /// The ring holds a header word no producer following this protocol
-/// writes (its length cannot be a packet of this ring).
+/// writes: its length cannot be a packet of this ring, or it names
+/// another position than the reader's.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Malformed {
     pub(crate) len: u32,
     pub(crate) cell: usize,
+    /// The position the word names and the reader's (their low 32 bits),
+    /// where the two differ.
+    pub(crate) stamp: Option<(u32, u32)>,
 }
 
 impl std::fmt::Display for Malformed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.len == SKIP {
+        if let Some((found, expected)) = self.stamp {
+            write!(
+                f,
+                "the ring's cell {} holds a header word of position {found} where the reader \
+                 is at position {expected} (low 32 bits)",
+                self.cell
+            )
+        } else if self.len == SKIP {
             write!(
                 f,
                 "the ring's cell {} holds a skip to the ring's end where no packet needs one",
@@ -330,11 +341,16 @@ impl<C: Cells> Consumer<C> {
         let count = self.mem.count();
         let mut at = cell_of(self.tail, count);
         let mut w = self.mem.word(at).load(Ordering::Acquire);
-        // An empty ring, the common answer, is told by this one load; a
-        // broken ring is checked for after it (its malformed word stays
-        // at `tail`, so it would look ready).
-        if !self.ready(w) || self.broken {
+        // An empty ring, the common answer, is told by this one load: the
+        // cell at the reader's position holds 0 until the producer
+        // publishes a packet there (see `Consumer::stamped`). A broken
+        // ring is checked for after it (its malformed word stays at
+        // `tail`).
+        if w == 0 || self.broken {
             return Ok(false);
+        }
+        if !self.stamped(w) {
+            return Err(self.refuse_stamp(w, at));
         }
         if w as u32 == SKIP {
             // A producer writes a skip only where the packet after it does
@@ -348,17 +364,21 @@ impl<C: Cells> Consumer<C> {
             self.tail += (count - at) as u64;
             at = 0;
             w = self.mem.word(0).load(Ordering::Acquire);
-            if !self.ready(w) {
+            if w == 0 {
                 // The skip's room is the producer's again.
                 self.mem.tail().store(self.tail, Ordering::Release);
                 return Ok(false);
             }
+            if !self.stamped(w) {
+                return Err(self.refuse_stamp(w, 0));
+            }
         }
         // A second skip word, or any other length no packet of this ring
-        // has (a skip's `len` is over `max_len`), is malformed.
+        // has (a skip's `len` is over `max_len`; no packet is empty), is
+        // malformed.
         let len = w as u32;
         let n = cells(len as usize);
-        if len as usize > self.max_len || n > count - at {
+        if (len as usize).wrapping_sub(1) >= self.max_len || n > count - at {
             return Err(self.refuse(len, at));
         }
         // SAFETY: the word at `at` carries our position, stored with
@@ -381,7 +401,23 @@ impl<C: Cells> Consumer<C> {
     #[inline(always)]
     fn refuse(&mut self, len: u32, cell: usize) -> Malformed {
         self.broken = true;
-        Malformed { len, cell }
+        Malformed {
+            len,
+            cell,
+            stamp: None,
+        }
+    }
+
+    /// Stops reading at the word `w` at `cell`, which names another
+    /// position than ours. Inlined as [`Consumer::refuse`] is.
+    #[inline(always)]
+    fn refuse_stamp(&mut self, w: u64, cell: usize) -> Malformed {
+        self.broken = true;
+        Malformed {
+            len: w as u32,
+            cell,
+            stamp: Some(((w >> 32) as u32, self.tail as u32)),
+        }
     }
 
     /// Gives the ring up after [`Consumer::pop`] refused a malformed word
@@ -403,11 +439,20 @@ impl<C: Cells> Consumer<C> {
         self.tail
     }
 
-    /// Whether `w` is a header word written at our position (0, a cleared
-    /// cell, never is: positions are stamped with a nonzero length).
+    /// Whether the nonzero word `w` at our position names our position.
+    /// Nothing else is ever there: the producer writes a cell's first
+    /// word only as the header word of the packet (or skip) that starts
+    /// at that cell's position, and a cell at or after our position that
+    /// it has not written in this lap starts with 0 (we zero the first
+    /// word of every cell we release; a fresh or emptied ring is all
+    /// zeros); the payload of a packet written meanwhile lies after our
+    /// position, within a lap. So a nonzero word of another position is
+    /// memory overwritten by something other than the two sides, refused
+    /// rather than waited on for ever (a word of our position with length
+    /// 0, which no packet has, is refused by its length).
     #[inline]
-    fn ready(&self, w: u64) -> bool {
-        (w >> 32) as u32 == self.tail as u32 && w as u32 != 0
+    fn stamped(&self, w: u64) -> bool {
+        (w >> 32) as u32 == self.tail as u32
     }
 
     #[cfg(all(test, not(loom)))]
@@ -419,7 +464,13 @@ impl<C: Cells> Consumer<C> {
 /// Whether a packet (or a skip) waits at the consumer's published
 /// position of `mem`. A hint for a thread that does not own the consumer:
 /// the owner may be popping at the same time, so the answer can be stale
-/// either way, and nothing is read or released.
+/// either way, and nothing is read or released. With a stale position (a
+/// lap or more behind, after the caller was held up between its two
+/// loads) the word it loads may lie inside a packet the producer is
+/// copying at that moment, a plain copy beside this atomic load: an
+/// aligned 8-byte load is not torn on the targets built for, and any value
+/// it returns is only a wrong hint (a stamp from a packet's bytes matching
+/// the stale position makes one poll read the rings for nothing).
 #[inline]
 pub(crate) fn looks_ready<C: Cells>(mem: &C) -> bool {
     let tail = mem.tail().load(Ordering::Acquire);
@@ -729,7 +780,11 @@ mod tests {
         c.mem().poke(1, 1 << 32 | 4096);
         assert_eq!(
             c.pop(|_| panic!("must not be read")),
-            Err(Malformed { len: 4096, cell: 1 })
+            Err(Malformed {
+                len: 4096,
+                cell: 1,
+                stamp: None
+            })
         );
         assert_eq!(c.pop(|_| panic!("must not be read")), Ok(false));
         // Given up, it no longer looks ready to a look without the token,
@@ -744,11 +799,53 @@ mod tests {
             }
         }
         assert_eq!(last, Err(Refused::Closed), "sends into a refused ring end");
-        // A stale or foreign stamp is not taken for a packet.
-        let (_p, mut c) = ring(16);
-        c.mem().poke(0, 7 << 32 | 10);
-        assert_eq!(c.pop(|_| panic!("not ours")), Ok(false));
         let _ = p.mem();
+    }
+
+    #[test]
+    fn a_word_of_another_position_or_of_no_length_is_refused() {
+        // At the reader's position: a word stamped for another position
+        // (a lap behind, or a foreign one), and one of this position with
+        // length 0. Each used to read as an empty cell, and the ring then
+        // waited for ever on the word.
+        let lap_behind = stamp(3u64.wrapping_sub(16), 10);
+        for (word, stamp_seen) in [
+            (7 << 32 | 10, Some((7, 3))),
+            (lap_behind, Some(((3u64.wrapping_sub(16)) as u32, 3))),
+            (stamp(3, 0), None),
+        ] {
+            let (mut p, mut c) = ring(16);
+            for i in 0..3u8 {
+                p.push_cell(1, |b| b[0] = i).unwrap();
+                assert_eq!(pop_vec(&mut c), Some(vec![i]));
+            }
+            c.mem().poke(3, word);
+            let m = c.pop(|_| panic!("must not be read")).unwrap_err();
+            assert_eq!(m.cell, 3);
+            assert_eq!(m.stamp, stamp_seen, "{word:#x}");
+            let text = m.to_string();
+            match stamp_seen {
+                Some(_) => assert!(text.contains("position"), "{text}"),
+                None => assert!(text.contains("claims 0 bytes"), "{text}"),
+            }
+            // Reading stops there, and the look without the token does
+            // not take the word for a packet either way.
+            assert_eq!(c.pop(|_| panic!("must not be read")), Ok(false));
+            assert_eq!(c.position(), 3);
+        }
+        // After a skip, the word at the ring's start is checked alike.
+        let (mut p, mut c) = ring(16);
+        for i in 0..12u8 {
+            p.push_cell(1, |b| b[0] = i).unwrap();
+            assert_eq!(pop_vec(&mut c), Some(vec![i]));
+        }
+        c.mem().poke(12, stamp(12, SKIP));
+        c.mem().poke(0, 5 << 32 | 4);
+        let m = c.pop(|_| panic!("must not be read")).unwrap_err();
+        assert_eq!((m.cell, m.stamp), (0, Some((5, 16))));
+        // A cleared word is an empty cell, at any position.
+        let (_p, mut c) = ring(16);
+        assert_eq!(c.pop(|_| panic!("empty")), Ok(false));
     }
 
     #[test]
@@ -771,7 +868,8 @@ mod tests {
                     m,
                     Malformed {
                         len: SKIP,
-                        cell: at
+                        cell: at,
+                        stamp: None
                     }
                 );
                 assert!(m.to_string().contains("skip"), "{m}");

@@ -282,11 +282,7 @@ impl Segment {
             path: format!("/dev/shm{name}"),
             fd: m.fd,
         };
-        let n = seg.attached().fetch_add(1, Ordering::AcqRel) + 1;
-        if n as usize >= ranks {
-            // SAFETY: a valid C string. Every local rank has mapped it.
-            unsafe { libc::shm_unlink(c.as_ptr()) };
-        }
+        let n = seg.count_in(&c);
         if n as usize > ranks {
             return Err(format!(
                 "{name} already had {} ranks attached of {ranks}: a leftover of an earlier job \
@@ -295,6 +291,20 @@ impl Segment {
             ));
         }
         Ok(seg)
+    }
+
+    /// Counts this rank among those attached; the one that completes the
+    /// count removes the name `c`. Returns the count with this rank.
+    fn count_in(&self, c: &CStr) -> u64 {
+        let n = self.attached().fetch_add(1, Ordering::AcqRel) + 1;
+        if n as usize >= self.ranks {
+            // Every local rank has mapped it. Only while the name is still
+            // this object's: past the count (a leftover's), another rank
+            // may have removed it already and a third made a new object of
+            // the name, which must not lose it.
+            unlink_if_named(c, self.id);
+        }
+        n
     }
 
     /// Opens the object, creating and sizing it if this rank comes first,

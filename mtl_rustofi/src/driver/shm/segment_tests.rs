@@ -307,6 +307,37 @@ fn a_segment_not_every_rank_attached_to_is_removed_when_dropped() {
     assert!(!exists(&path));
 }
 
+/// A rank that counts itself into an object whose count is complete
+/// already (a leftover's: the rank that completed it removed the name,
+/// and a third rank made a new object of it meanwhile) removes nothing:
+/// the new object keeps its name, for the ranks still to come.
+#[test]
+fn a_rank_past_the_count_leaves_a_newer_objects_name() {
+    let job = 0xf500_0000 | std::process::id();
+    let c = CString::new(name(job, 1)).unwrap();
+    let old = Segment::attach(job, 1, 2).unwrap();
+    let path = old.path().to_string();
+    // Another rank completes the old object's count and removes its name.
+    assert_eq!(old.count_in(&c), 2);
+    assert!(
+        !exists(&path),
+        "the rank that completes the count removes the name"
+    );
+    // A third rank finds no name and makes a new object of it.
+    let new = Segment::attach(job, 1, 2).unwrap();
+    assert_ne!(new.id(), old.id());
+    assert!(exists(&path));
+    // The late rank that had mapped the old object counts itself in.
+    assert_eq!(old.count_in(&c), 3);
+    assert!(
+        exists(&path),
+        "a count past the ranks removed a newer object's name"
+    );
+    // The new object's own last rank still removes it.
+    assert_eq!(new.count_in(&c), 2);
+    assert!(!exists(&path));
+}
+
 /// An object of the job's name left by an earlier job with the same id
 /// (one rank never attached, then all died) can pass every check of
 /// `attach`: its rings still hold that job's packets and tail positions.
