@@ -116,18 +116,23 @@ static bool excid_lost_takes(rustofi_excid_send_t *s)
 }
 
 /* This rank's index message for rank `dest` of `comm`, with the peer's
- * handle (0 when unreachable): taken while the communicator is sure to
- * exist (its caller has it, or excid_lock is held), sent after. */
+ * process (retained): taken while the communicator is sure to exist (its
+ * caller has it, or excid_lock is held), sent (and the process released)
+ * by excid_send after. The peer's handle is looked up there, not here:
+ * adding a peer not added yet delivers the completions it finds, which
+ * may land in this file's callbacks, which take excid_lock. */
 typedef struct {
-    size_t peer;
+    ompi_proc_t *proc;
     int dest;
     rustofi_excid_msg_t msg;
 } rustofi_excid_out_t;
 
 static rustofi_excid_out_t excid_out(ompi_communicator_t *comm, int dest)
 {
+    ompi_proc_t *proc = ompi_comm_peer_lookup(comm, dest);
+    OBJ_RETAIN(proc);
     rustofi_excid_out_t o = {
-        .peer = peer_of(comm, dest),
+        .proc = proc,
         .dest = dest,
         .msg = {
             .cid_base = comm->c_contextid.cid_base,
@@ -146,9 +151,11 @@ static rustofi_excid_out_t excid_out(ompi_communicator_t *comm, int dest)
  * the one resend after a failure (excid_send_failed). Not to be called
  * with excid_lock held: a send may deliver completions, which may land in
  * this file's callbacks. */
-static int excid_send(const rustofi_excid_out_t *o, bool resent)
+static int excid_send(rustofi_excid_out_t *o, bool resent)
 {
-    if (0 == o->peer) {
+    size_t peer = proc_peer(o->proc);
+    OBJ_RELEASE(o->proc);
+    if (0 == peer) {
         return OMPI_ERR_UNREACH;
     }
     rustofi_excid_send_t *s = calloc(1, sizeof(*s));
@@ -167,7 +174,7 @@ static int excid_send(const rustofi_excid_out_t *o, bool resent)
     if (OPAL_UNLIKELY(excid_lost_takes(s))) {
         return OMPI_SUCCESS;
     }
-    int rc = rustofi_isend(o->peer, RUSTOFI_EXCID_CTX, o->msg.rank, 0, true, &s->b.u.head);
+    int rc = rustofi_isend(peer, RUSTOFI_EXCID_CTX, o->msg.rank, 0, true, &s->b.u.head);
     if (rc < 0) {
         free(s);
         return OMPI_ERROR;

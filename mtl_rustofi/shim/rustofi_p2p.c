@@ -195,7 +195,8 @@ int rustofi_mtl_isend(struct mca_mtl_base_module_t *mtl, struct ompi_communicato
 
 static void blocking_done(struct mca_mtl_request_t *req)
 {
-    ((rustofi_blocking_t *) req)->done = 1;
+    /* The last access to the request: its owner may return at once. */
+    __atomic_store_n(&((rustofi_blocking_t *) req)->done, 1, __ATOMIC_RELEASE);
 }
 
 int rustofi_send(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *comm,
@@ -222,7 +223,7 @@ int rustofi_send(struct mca_mtl_base_module_t *mtl, struct ompi_communicator_t *
     if (RUSTOFI_SEND_COMPLETE == rc) {
         cb_send_complete(&b.u.head, STATUS_OK);
     }
-    while (!b.done) {
+    while (!__atomic_load_n(&b.done, __ATOMIC_ACQUIRE)) {
         opal_progress();
         if (OPAL_UNLIKELY(rustofi_failed())) {
             /* Broken by an internal error (already reported): no
@@ -324,9 +325,10 @@ int rustofi_mtl_irecv(struct mca_mtl_base_module_t *mtl, struct ompi_communicato
 static void fill_status(ompi_status_public_t *status, const RustofiStatus *st)
 {
     if (MPI_STATUS_IGNORE != status && NULL != status) {
+        /* MPI_ERROR is the caller's: calls that return one status leave
+         * it as it was (MPI 4.0, 3.2.5), as ob1 and mtl ofi do. */
         status->MPI_SOURCE = st->source;
         status->MPI_TAG = st->tag;
-        status->MPI_ERROR = OMPI_SUCCESS;
         status->_ucount = st->count;
         /* A probed message is never a cancelled one (MPI_Test_cancelled
          * on this status must say so, whatever the caller's held). */
@@ -362,18 +364,23 @@ int rustofi_mtl_improbe(struct mca_mtl_base_module_t *mtl,
     if (source_unreachable(src, peer)) {
         return OMPI_ERR_UNREACH;
     }
+    /* The message object first: a matched probe takes the message out of
+     * matching for good, so no failure may come after it. */
+    struct ompi_message_t *msg = ompi_message_alloc();
+    if (NULL == msg) {
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
     if (0 != rustofi_improbe(recv_cid(comm), src, peer, tag, matched, &st, &handle)) {
+        ompi_message_return(msg);
         return OMPI_ERROR;
     }
     if (!*matched) {
+        ompi_message_return(msg);
         *message = MPI_MESSAGE_NULL;
         return OMPI_SUCCESS;
     }
     fill_status(status, &st);
-    *message = ompi_message_alloc();
-    if (NULL == *message) {
-        return OMPI_ERR_OUT_OF_RESOURCE;
-    }
+    *message = msg;
     (*message)->comm = comm;
     (*message)->req_ptr = handle;
     (*message)->peer = st.source;
@@ -404,7 +411,14 @@ int rustofi_mtl_cancel(struct mca_mtl_base_module_t *mtl, mca_mtl_request_t *mtl
                               int flag)
 {
     /* Receives still queued are cancelled (the callback marks them);
-     * matched receives and sends complete normally. */
+     * matched receives and sends complete normally. A request complete
+     * already has nothing to cancel, and one never started (a persistent
+     * request before MPI_Start, which Open MPI marks complete) has no
+     * state of ours to read: neither is passed on. */
+    ompi_request_t *ompi_req = mtl_request->ompi_req;
+    if (NULL != ompi_req && REQUEST_COMPLETE(ompi_req)) {
+        return OMPI_SUCCESS;
+    }
     return rustofi_cancel((RustofiReqHead *) mtl_request) < 0 ? OMPI_ERROR : OMPI_SUCCESS;
 }
 

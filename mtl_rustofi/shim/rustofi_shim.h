@@ -68,13 +68,16 @@ extern long rustofi_param_peer_timeout;
 #define RUSTOFI_EXCID_CTX 0x7fffffffu
 #endif
 
-/* A blocking send on the caller's stack: its completion flips `done`. */
+/* A blocking send on the caller's stack: its completion sets `error`, then
+ * `done` (a release store: under MPI_THREAD_MULTIPLE another thread's
+ * progress may complete it), which the waiting thread reads with acquire
+ * before it reads `error`. */
 typedef struct {
     union {
         RustofiReqHead head;
         char storage[512];
     } u;
-    volatile int done;
+    int done;
     int error;
 } rustofi_blocking_t;
 
@@ -121,15 +124,19 @@ size_t rustofi_add_peer_late(ompi_proc_t *proc);
 /* The peer handle of `rank` of the communicator's remote group. Inlined
  * into every send and receive: one lookup and one load when the peer is
  * known, the common case. */
-static inline __attribute__((always_inline)) size_t peer_of(struct ompi_communicator_t *comm,
-                                                            int rank)
+static inline __attribute__((always_inline)) size_t proc_peer(ompi_proc_t *proc)
 {
-    ompi_proc_t *proc = ompi_comm_peer_lookup(comm, rank);
     size_t peer = (size_t) proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
     if (OPAL_UNLIKELY(0 == peer)) {
         return rustofi_add_peer_late(proc);
     }
     return peer;
+}
+
+static inline __attribute__((always_inline)) size_t peer_of(struct ompi_communicator_t *comm,
+                                                            int rank)
+{
+    return proc_peer(ompi_comm_peer_lookup(comm, rank));
 }
 
 /* The peer handle of a receive's or probe's source (0: MPI_ANY_SOURCE):

@@ -57,6 +57,17 @@ static void check_status(const MPI_Status *st, int src, int tag, int count,
     CHECK(c == count, "%s: MPI_Get_count %d, expected %d", what, c, count);
 }
 
+/* A value of MPI_ERROR the probes must leave as it is: calls that return
+ * one status do not set that field (MPI 4.0, 3.2.5). */
+#define CALLERS_ERROR 777
+
+static void check_error_kept(const MPI_Status *st, const char *what)
+{
+    CHECK(st->MPI_ERROR == CALLERS_ERROR,
+          "%s: MPI_ERROR is %d: the caller's %d was overwritten", what,
+          st->MPI_ERROR, CALLERS_ERROR);
+}
+
 static void recv_pattern(int src, int tag, int size, uint64_t seed,
                          const char *what)
 {
@@ -87,8 +98,10 @@ static void phase_a(void)
         send_pattern(RNDV_SIZE, 17, 17); /* blocks until rank 0 receives */
     } else if (test_rank == 0) {
         MPI_Status st;
+        st.MPI_ERROR = CALLERS_ERROR;
         poll_iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, &st, "Iprobe(ANY,ANY)");
         check_status(&st, 1, 7, 1000, "Iprobe(ANY,ANY)");
+        check_error_kept(&st, "Iprobe(ANY,ANY)");
         int flag = 0;
         MPI_CHECK(MPI_Iprobe(1, 7, MPI_COMM_WORLD, &flag, &st));
         CHECK(flag, "second Iprobe(1,7) no longer sees the probed message");
@@ -115,7 +128,9 @@ static void phase_b(void)
         /* A status that says "cancelled" before the probe must not
          * after it: a probed message is never a cancelled one. */
         MPI_CHECK(MPI_Status_set_cancelled(&st, 1));
+        st.MPI_ERROR = CALLERS_ERROR;
         MPI_CHECK(MPI_Probe(1, MPI_ANY_TAG, MPI_COMM_WORLD, &st));
+        check_error_kept(&st, "Probe");
         CHECK(st.MPI_SOURCE == 1 && st.MPI_TAG == 8,
               "Probe: source %d tag %d, expected 1/8", st.MPI_SOURCE,
               st.MPI_TAG);
@@ -151,9 +166,11 @@ static void phase_c(void)
         } else if (test_rank == 0) {
             MPI_Message msg;
             MPI_Status st;
+            st.MPI_ERROR = CALLERS_ERROR;
             MPI_CHECK(MPI_Mprobe(MPI_ANY_SOURCE, probe_tag, MPI_COMM_WORLD,
                                  &msg, &st));
             check_status(&st, 1, 9, RNDV_SIZE, "Mprobe");
+            check_error_kept(&st, "Mprobe");
             CHECK(msg != MPI_MESSAGE_NULL, "Mprobe returned MPI_MESSAGE_NULL");
             /* The matched message is no longer visible to receives. */
             recv_pattern(1, 9, 100, 95 + round,
@@ -182,6 +199,7 @@ static void phase_d(void)
             MPI_Request req;
             int flag = 0;
             double t0 = now_sec();
+            st.MPI_ERROR = CALLERS_ERROR;
             while (!flag) {
                 MPI_CHECK(MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG,
                                       MPI_COMM_WORLD, &flag, &msg, &st));
@@ -189,6 +207,7 @@ static void phase_d(void)
                       "Improbe: no message within %.0f s", POLL_TIMEOUT);
             }
             check_status(&st, 1, tag, sizes[i], "Improbe");
+            check_error_kept(&st, "Improbe");
             uint8_t *b = xmalloc(sizes[i]);
             MPI_CHECK(MPI_Imrecv(b, sizes[i], MPI_BYTE, &msg, &req));
             MPI_CHECK(MPI_Wait(&req, &st));
@@ -230,6 +249,40 @@ static void phase_e(void)
     } else if (test_rank == 0) {
         recv_pattern(1, 998, 64, 998, "message after cancelled ANY_SOURCE recv");
         recv_pattern(1, 999, RNDV_SIZE, 999, "message after cancelled recv");
+    }
+    phase_end();
+
+    /* A persistent receive: cancelled once started (Open MPI marks a
+     * persistent request complete while it is not started, which the
+     * component's cancel must not take for "complete already"), then
+     * started again for a message that arrives. */
+    if (test_rank == 0) {
+        MPI_Request req;
+        MPI_Status st;
+        int cancelled = 0;
+        uint8_t *b = xmalloc(64);
+        MPI_CHECK(MPI_Recv_init(b, 64, MPI_BYTE, 1, 997, MPI_COMM_WORLD, &req));
+        MPI_CHECK(MPI_Start(&req));
+        MPI_CHECK(MPI_Cancel(&req));
+        MPI_CHECK(MPI_Wait(&req, &st));
+        MPI_CHECK(MPI_Test_cancelled(&st, &cancelled));
+        CHECK(cancelled, "started persistent receive: MPI_Test_cancelled is "
+              "false after MPI_Cancel");
+        MPI_CHECK(MPI_Start(&req));
+        MPI_CHECK(MPI_Barrier(sync_comm)); /* rank 1 sends now */
+        MPI_CHECK(MPI_Wait(&req, &st));
+        MPI_CHECK(MPI_Test_cancelled(&st, &cancelled));
+        CHECK(!cancelled, "persistent receive started again: reported as "
+              "cancelled");
+        check_status(&st, 1, 997, 64, "persistent receive started again");
+        EXPECT_PATTERN(b, 64, 997, "persistent receive started again");
+        MPI_CHECK(MPI_Request_free(&req));
+        free(b);
+    } else if (test_rank == 1) {
+        MPI_CHECK(MPI_Barrier(sync_comm));
+        send_pattern(64, 997, 997);
+    } else {
+        MPI_CHECK(MPI_Barrier(sync_comm));
     }
     phase_end();
 
