@@ -497,6 +497,43 @@ check_bad_input() {
     fi
 }
 
+# Ranks on different providers (tcp and udp, the shm rail off so that the
+# network endpoint carries the pair): an endpoint name means something only
+# to its own provider, so each rank must refuse the other's at MPI_Init with
+# a message, and the job must end (it used to wait for ever).
+check_mixed_providers() {
+    matches "mixed_providers - np2" || return 0
+    has_provider tcp && has_provider udp || return 0
+    local prog=order_wildcard log t0=$EPOCHREALTIME secs why="" n
+    log=$(log_path mixed_providers)
+    if [[ -z "${BUILT[$prog]:-}" ]]; then
+        report_fail mixed_providers - 2 0 /dev/null "$prog did not build"
+        return 0
+    fi
+    local -a cmd=(mpirun --bind-to none $(ompi_output_dir_args "$log.ranks")
+        --mca pml cm --mca mtl rustofi --mca mtl_rustofi_shm off "${EXTRA_ARGS[@]}"
+        -np 1 env OMPI_MCA_mtl_rustofi_provider_include=tcp "$BUILD_DIR/$prog" :
+        -np 1 env OMPI_MCA_mtl_rustofi_provider_include=udp "$BUILD_DIR/$prog")
+    echo "# ${cmd[*]}" >"$log.cmd"
+    run_logged $((60 * TIMEOUT_SCALE)) "$log" "${cmd[@]}"
+    secs=$(elapsed "$t0")
+    n=$(grep -c 'every rank must use the same provider' "$log" || true)
+    if ((RC == 0)); then
+        why="the job passed although its ranks use different providers"
+    elif ((RC == 124 || RC == 137)); then
+        why="timed out (a hang instead of an error)"
+    elif ((n < 2)); then
+        why="$n of 2 ranks said their peer is on another provider"
+    elif ! grep -q 'on provider udp;ofi_rxd, this rank.s on tcp;ofi_rxm' "$log"; then
+        why="no message names both providers"
+    fi
+    if [[ -n "$why" ]]; then
+        report_fail mixed_providers - 2 "$secs" "$log" "$why"
+    else
+        report_ok mixed_providers - 2 "$secs"
+    fi
+}
+
 check_selection() {
     local prog=order_wildcard log t0 secs why parsed
     if [[ -z "${BUILT[$prog]:-}" ]]; then
@@ -885,6 +922,7 @@ if [[ -z "$BASELINE" ]]; then
     check_bad_input badinput_send_queue_limit 1 "mtl_rustofi_send_queue_limit.=.1000.is.out.of.range" \
         --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
         --mca mtl_rustofi_send_queue_limit 1000
+    check_mixed_providers
     check_selection
     check_ompi_info
 fi

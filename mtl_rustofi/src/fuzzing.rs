@@ -509,6 +509,7 @@ mod tests {
                 kind: RailKind::Net,
                 max_eager: 8192,
                 addr: vec![1, 2, 3],
+                provider: "tcp;ofi_rxm".into(),
                 nic: String::new(),
             }],
             pid: 1,

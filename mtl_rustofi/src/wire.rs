@@ -52,7 +52,7 @@ use eager::{u32_at, u64_at};
 pub(crate) use modex::{same_pid_namespace, PeerInfo, RailAddr, RailKind};
 
 pub(crate) const MAGIC: u8 = 0xA7;
-pub(crate) const VERSION: u8 = 8;
+pub(crate) const VERSION: u8 = 9;
 pub(crate) const BASE_LEN: usize = 48;
 pub(crate) const EXT_LEN: usize = 64;
 
@@ -669,8 +669,11 @@ mod tests {
         bad[1] = 77;
         assert_eq!(Header::decode(&bad), Err(DecodeError::BadKind(77)));
         let mut bad = buf.clone();
-        bad[3] = 9;
-        assert_eq!(Header::decode(&bad), Err(DecodeError::BadVersion(9)));
+        bad[3] = VERSION + 1;
+        assert_eq!(
+            Header::decode(&bad),
+            Err(DecodeError::BadVersion(VERSION + 1))
+        );
         // a length that overflows when added to the header size
         let mut huge = sample(Kind::Eager);
         huge.len = u64::MAX;

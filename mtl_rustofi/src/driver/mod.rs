@@ -57,11 +57,13 @@ impl OpCtx {
 }
 
 /// A receive bounce buffer. Its context and memory are boxed: the provider
-/// holds their addresses while the buffer is posted.
+/// holds their addresses while the buffer is posted. Fields drop in
+/// declaration order: the registration is closed before its memory is
+/// unmapped.
 struct RxBuf {
     ctx: Box<OpCtx>,
-    mem: rxmem::RxMem,
     mr: Option<MemoryRegion>,
+    mem: rxmem::RxMem,
 }
 
 /// The requested key of a receive buffer's registration: unique per
@@ -298,6 +300,7 @@ impl Driver {
                     kind: r.profile.kind,
                     max_eager: (r.profile.buf_size - crate::wire::BASE_LEN) as u32,
                     addr: r.ep().name()?,
+                    provider: r.profile.provider.clone(),
                     nic: if r.profile.kind == RailKind::Stripe {
                         r.nic.clone()
                     } else {
@@ -320,9 +323,33 @@ impl Driver {
             .collect()
     }
 
-    /// Inserts a peer's published address into a rail's address vector.
-    pub(crate) fn insert_peer(&self, rail: RailId, name: &[u8]) -> Result<FiAddr, FiError> {
-        self.rails[rail.index()].av.insert(name).map(FiAddr)
+    /// Inserts a peer's published endpoint into a rail's address vector,
+    /// if it is an endpoint of the rail's provider: a name means something
+    /// only to its own provider (another's may be longer than this one's
+    /// addresses, or a valid address of another protocol), so a peer that
+    /// runs on another provider is an error, not a peer that never
+    /// answers.
+    pub(crate) fn insert_peer(
+        &self,
+        rail: RailId,
+        remote: &crate::wire::RailAddr,
+    ) -> Result<FiAddr, EngineError> {
+        let r = &self.rails[rail.index()];
+        if remote.provider != r.profile.provider {
+            return Err(EngineError(format!(
+                "the peer's {} endpoint is on provider {}, this rank's on {}: every rank \
+                 must use the same provider (name one with mtl_rustofi_provider_include, \
+                 the same for every rank)",
+                match r.profile.kind {
+                    RailKind::Shm => "shm",
+                    RailKind::Stripe => "stripe",
+                    _ => "network",
+                },
+                remote.provider,
+                r.profile.provider
+            )));
+        }
+        Ok(r.av.insert(&remote.addr).map(FiAddr)?)
     }
 
     /// Executes the first receive posts; a hard failure here fails the

@@ -53,7 +53,12 @@ impl Driver {
                 Ok(n) => n,
                 Err(r) if r == -(sys::FI_EAVAIL as i64) => {
                     self.scratch = entries;
-                    self.handle_error(rail, core, out);
+                    if !self.handle_error(rail, core, out) {
+                        // The error entry the queue announced could not be
+                        // read: stop rather than spin on the announcement
+                        // with the progress token held.
+                        return total;
+                    }
                     self.execute(core, out);
                     total += 1;
                     continue;
@@ -105,16 +110,26 @@ impl Driver {
         }
     }
 
-    fn handle_error(&mut self, rail: RailId, core: &mut Core, out: &mut Out) {
+    /// Reads and reports one error entry; false if none could be read.
+    fn handle_error(&mut self, rail: RailId, core: &mut Core, out: &mut Out) -> bool {
         let Some(err) = self.rails[rail.index()].cq.read_error() else {
-            return;
+            // Said once: every later poll of that queue may meet the same.
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                crate::log::error(&format!(
+                    "fi_cq_read on {} announced an error entry that fi_cq_readerr did not \
+                     return; the queue is read again at the next poll",
+                    self.rails[rail.index()].profile.provider
+                ));
+            }
+            return false;
         };
         if err.context.is_null() {
             crate::log::error(&format!(
                 "completion error without a context: {}",
                 err.message
             ));
-            return;
+            return true;
         }
         match Self::what(err.context) {
             Posted::Rx(rail, slot) => {
@@ -136,5 +151,6 @@ impl Driver {
             Posted::Op(op) if err.err == sys::FI_ECANCELED as i32 => core.on_canceled(op, out),
             Posted::Op(op) => core.on_error(op, &err.message, out),
         }
+        true
     }
 }

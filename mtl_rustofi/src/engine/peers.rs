@@ -63,7 +63,7 @@ pub(super) fn add_peer(
             }
         },
     };
-    let addr = st.driver.insert_peer(rail, &remote.addr)?;
+    let addr = st.driver.insert_peer(rail, remote)?;
     let p = st
         .core
         .add_peer(name, rail, addr, remote.max_eager as usize);
@@ -97,7 +97,7 @@ const NO_NET_RAIL: &str = "this process opened no network rail (every rank of it
 /// so that both sides list the same pairs in the same order (a striped
 /// RTS names the sender's buffer on each pair's endpoint by position).
 fn add_stripes(st: &mut State, peer: PeerId, info: &wire::PeerInfo) -> Result<(), EngineError> {
-    let mut pairs: Vec<(RailId, String, &[u8])> = st
+    let mut pairs: Vec<(RailId, String, &wire::RailAddr)> = st
         .driver
         .stripe_rails()
         .into_iter()
@@ -105,7 +105,7 @@ fn add_stripes(st: &mut State, peer: PeerId, info: &wire::PeerInfo) -> Result<()
             info.rails
                 .iter()
                 .find(|r| r.kind == RailKind::Stripe && r.nic == nic)
-                .map(|r| (rail, nic.to_string(), r.addr.as_slice()))
+                .map(|r| (rail, nic.to_string(), r))
         })
         .collect();
     pairs.sort_by(|a, b| a.1.cmp(&b.1));

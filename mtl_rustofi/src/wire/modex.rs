@@ -27,15 +27,47 @@ pub(crate) struct RailAddr {
     pub max_eager: u32,
     /// The libfabric endpoint name.
     pub addr: Vec<u8>,
+    /// The libfabric provider of the endpoint (`tcp;ofi_rxm`, `efa`,
+    /// ...); empty for our own shared-memory rail. An endpoint name means
+    /// something only to its own provider: a peer whose network endpoint
+    /// is another provider's is refused when it is added, not inserted.
+    pub provider: String,
     /// The NIC (libfabric domain) of a stripe endpoint; empty for the
     /// others. Peers pair stripe endpoints by it.
     pub nic: String,
 }
 
+impl RailKind {
+    /// Whether endpoints of this kind are libfabric's (and so carry their
+    /// provider's name).
+    fn is_libfabric(self) -> bool {
+        self != RailKind::Local
+    }
+}
+
+/// Appends `s` (at most 255 bytes) with its length in one byte.
+fn push_short_str(v: &mut Vec<u8>, s: &str) {
+    let b = &s.as_bytes()[..s.len().min(255)];
+    v.push(b.len() as u8);
+    v.extend_from_slice(b);
+}
+
+/// Reads a nonempty string written by [`push_short_str`] at `*at`.
+fn short_str(b: &[u8], at: &mut usize) -> Option<String> {
+    let m = *b.get(*at)? as usize;
+    let s = std::str::from_utf8(b.get(*at + 1..*at + 1 + m)?).ok()?;
+    if m == 0 {
+        return None;
+    }
+    *at += 1 + m;
+    Some(s.to_string())
+}
+
 /// What each rank publishes through the modex: a tag, then for each of its
 /// endpoints (network first, then shm if it opened one, then its stripe
 /// endpoints) the kind, the largest eager payload and the libfabric name,
-/// length-prefixed; a stripe endpoint then names its NIC.
+/// length-prefixed; a libfabric endpoint then names its provider, and a
+/// stripe endpoint its NIC.
 ///
 /// | bytes | field                                  |
 /// |------:|----------------------------------------|
@@ -45,6 +77,8 @@ pub(crate) struct RailAddr {
 /// | 4     | max eager payload, little endian       |
 /// | 2     | name length n, little endian           |
 /// | n     | libfabric endpoint name                |
+/// | not local: 1 | provider name length p (1..=255) |
+/// | p     | provider name, UTF-8                   |
 /// | stripe only: 1 | NIC name length m (1..=255)  |
 /// | m     | NIC (domain) name, UTF-8               |
 /// | 4     | process id, little endian (after the endpoints) |
@@ -83,10 +117,11 @@ impl PeerInfo {
             v.extend_from_slice(&r.max_eager.to_le_bytes());
             v.extend_from_slice(&(r.addr.len() as u16).to_le_bytes());
             v.extend_from_slice(&r.addr);
+            if r.kind.is_libfabric() {
+                push_short_str(&mut v, &r.provider);
+            }
             if r.kind == RailKind::Stripe {
-                let nic = &r.nic.as_bytes()[..r.nic.len().min(255)];
-                v.push(nic.len() as u8);
-                v.extend_from_slice(nic);
+                push_short_str(&mut v, &r.nic);
             }
         }
         v.extend_from_slice(&self.pid.to_le_bytes());
@@ -127,22 +162,19 @@ impl PeerInfo {
                 return Err(bad("empty endpoint name"));
             }
             at += n;
+            let mut provider = String::new();
+            if kind.is_libfabric() {
+                provider = short_str(b, &mut at).ok_or_else(|| bad("bad provider name"))?;
+            }
             let mut nic = String::new();
             if kind == RailKind::Stripe {
-                let m = *b.get(at).ok_or_else(|| bad("truncated NIC name"))? as usize;
-                let name = b
-                    .get(at + 1..at + 1 + m)
-                    .ok_or_else(|| bad("truncated NIC name"))?;
-                nic = match std::str::from_utf8(name) {
-                    Ok(s) if m > 0 => s.to_string(),
-                    _ => return Err(bad("bad NIC name")),
-                };
-                at += 1 + m;
+                nic = short_str(b, &mut at).ok_or_else(|| bad("bad NIC name"))?;
             }
             rails.push(RailAddr {
                 kind,
                 max_eager,
                 addr: addr.to_vec(),
+                provider,
                 nic,
             });
         }
@@ -192,18 +224,21 @@ mod tests {
                     kind: RailKind::Net,
                     max_eager: 8192,
                     addr: vec![1, 2, 3, 4, 5],
+                    provider: "tcp;ofi_rxm".into(),
                     nic: String::new(),
                 },
                 RailAddr {
                     kind: RailKind::Shm,
                     max_eager: 4096,
                     addr: b"fi_shm://1234".to_vec(),
+                    provider: "shm".into(),
                     nic: String::new(),
                 },
                 RailAddr {
                     kind: RailKind::Stripe,
                     max_eager: 0,
                     addr: vec![9, 8, 7],
+                    provider: "tcp;ofi_rxm".into(),
                     nic: "eth1".into(),
                 },
             ],
@@ -239,6 +274,17 @@ mod tests {
         assert!(PeerInfo::decode(&nameless.encode())
             .unwrap_err()
             .contains("NIC name"));
+        // A libfabric endpoint must name its provider.
+        for i in 0..3 {
+            let mut unnamed = p.clone();
+            unnamed.rails[i].provider.clear();
+            assert!(
+                PeerInfo::decode(&unnamed.encode())
+                    .unwrap_err()
+                    .contains("provider name"),
+                "endpoint {i}"
+            );
+        }
         let shm_only = PeerInfo {
             rails: vec![p.rails[1].clone()],
             pid: 1,
@@ -250,6 +296,7 @@ mod tests {
             kind: RailKind::Local,
             max_eager: 4000,
             addr: vec![1; 16],
+            provider: String::new(),
             nic: String::new(),
         };
         let local_only = PeerInfo {

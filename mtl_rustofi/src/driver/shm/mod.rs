@@ -410,6 +410,7 @@ impl ShmRail {
             kind: RailKind::Local,
             max_eager: (self.profile.buf_size - wire::BASE_LEN) as u32,
             addr: self.name(),
+            provider: String::new(),
             nic: String::new(),
         }
     }
