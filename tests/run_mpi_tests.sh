@@ -534,6 +534,38 @@ check_mixed_providers() {
     fi
 }
 
+# An include list is an order of preference: a name libfabric does not
+# offer is passed over for the next one (a site's "efa,tcp" on a host
+# without EFA), with no message; the job runs on the first offered.
+check_include_fallback() {
+    matches "include_fallback - np2" || return 0
+    has_provider udp || return 0
+    local prog=order_wildcard log t0=$EPOCHREALTIME secs why=""
+    log=$(log_path include_fallback)
+    [[ -n "${BUILT[$prog]:-}" ]] || return 0
+    local -a cmd=(mpirun -np 2 --bind-to none $(ompi_output_dir_args "$log.ranks")
+        --mca pml cm --mca mtl rustofi --mca mtl_rustofi_shm off
+        --mca mtl_rustofi_verbose 1 --mca mtl_rustofi_provider_include nosuchprov,udp
+        "${EXTRA_ARGS[@]}" "$BUILD_DIR/$prog")
+    echo "# ${cmd[*]}" >"$log.cmd"
+    run_logged $((60 * TIMEOUT_SCALE)) "$log" "${cmd[@]}"
+    secs=$(elapsed "$t0")
+    if ((RC != 0)); then
+        why=$(rc_reason $RC)
+    elif ! has_pass "$log" "$prog"; then
+        why="program output not correct"
+    elif (($(grep -c 'rustofi: rank=.* provider=udp;ofi_rxd' "$log") != 2)); then
+        why="not both ranks ran on udp;ofi_rxd"
+    elif grep -q 'mtl_rustofi: error' "$log"; then
+        why="a message for a list whose second name is offered"
+    fi
+    if [[ -n "$why" ]]; then
+        report_fail include_fallback - 2 "$secs" "$log" "$why"
+    else
+        report_ok include_fallback - 2 "$secs"
+    fi
+}
+
 check_selection() {
     local prog=order_wildcard log t0 secs why parsed
     if [[ -z "${BUILT[$prog]:-}" ]]; then
@@ -923,6 +955,7 @@ if [[ -z "$BASELINE" ]]; then
         --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
         --mca mtl_rustofi_send_queue_limit 1000
     check_mixed_providers
+    check_include_fallback
     check_selection
     check_ompi_info
 fi

@@ -229,7 +229,7 @@ static int rustofi_component_register(void)
              OPAL_INFO_LVL_3, &param_priority);
     idx_include = reg_string(
         "provider_include",
-        "Comma-separated libfabric providers to use, first usable wins (e.g. efa, tcp, udp, shm, "
+        "Comma-separated libfabric providers to use, first one offered wins (e.g. efa, tcp, udp, shm, "
         "sockets); a name matches any layer of a provider such as tcp;ofi_rxm. Cannot be combined "
         "with provider_exclude",
         OPAL_INFO_LVL_1, &param_include);

@@ -426,21 +426,33 @@ pub(crate) fn select_provider(candidates: &[String], s: &Settings) -> Result<usi
         }
     };
     if !s.include.is_empty() {
+        // The first include item libfabric offers wins (a list is a
+        // fallback order: `efa,tcp` takes tcp where there is no EFA);
+        // within it, libfabric's order.
         for item in &s.include {
-            if !candidates.iter().any(|c| name_matches(item, c)) {
-                return Err(format!(
-                    "mtl_rustofi_provider_include names '{item}', which is not a usable \
-                     libfabric provider here (usable: {})",
-                    available()
-                ));
+            if let Some(i) = candidates.iter().position(|c| name_matches(item, c)) {
+                return Ok(i);
             }
         }
-        // The first include item wins; within it, libfabric's order.
-        let item = &s.include[0];
-        return Ok(candidates
+        let named = s
+            .include
             .iter()
-            .position(|c| name_matches(item, c))
-            .expect("checked above"));
+            .map(|i| format!("'{i}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(if s.include.len() == 1 {
+            format!(
+                "mtl_rustofi_provider_include names {named}, which is not a usable libfabric \
+                 provider here (usable: {})",
+                available()
+            )
+        } else {
+            format!(
+                "mtl_rustofi_provider_include names {named}, none of which is a usable \
+                 libfabric provider here (usable: {})",
+                available()
+            )
+        });
     }
     let default_exclude: Vec<String> = if s.explicit || !s.exclude.is_empty() {
         Vec::new()
@@ -613,6 +625,29 @@ mod tests {
         p.include = Some("ofi_rxm");
         let s = validate(&p).unwrap();
         assert_eq!(select_provider(&cands(), &s), Ok(0));
+    }
+
+    #[test]
+    fn include_is_a_fallback_order() {
+        let mut p = raw();
+        p.include_set = true;
+        // The first offered item wins, whatever comes before it.
+        p.include = Some("efa,udp,tcp");
+        let s = validate(&p).unwrap();
+        assert_eq!(
+            select_provider(&cands(), &s),
+            Ok(1),
+            "efa is not offered: udp"
+        );
+        let mut c = cands();
+        c.push("efa".into());
+        assert_eq!(select_provider(&c, &s), Ok(4), "efa where it is offered");
+        // None offered: one message naming them all.
+        p.include = Some("efa,psm3");
+        let s = validate(&p).unwrap();
+        let e = select_provider(&cands(), &s).unwrap_err();
+        assert!(e.contains("'efa', 'psm3', none of which"), "{e}");
+        assert!(e.contains("usable: tcp;ofi_rxm"), "{e}");
     }
 
     #[test]

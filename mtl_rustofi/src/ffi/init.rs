@@ -157,13 +157,36 @@ pub unsafe extern "C" fn rustofi_init(
                 }
             }
         }
+        // The first set of hints some provider satisfies, or with an
+        // include list the first that a named provider satisfies: fi_getinfo
+        // lists only the providers that satisfy the hints asked, so one
+        // named that lacks what an earlier set asks for (FI_RMA, manual
+        // progress) would otherwise never be seen.
         let mut query = Err(crate::fabric::FiError::new("fi_getinfo", -61));
         let mut asked = None;
+        let mut first_ok = None;
         for h in Hints::preference(settings.tagged, settings.rndv) {
             query = InfoList::query(h);
-            if query.is_ok() {
+            let Ok(list) = &query else { continue };
+            let named = settings.include.is_empty()
+                || list.iter().any(|i| {
+                    let p = i.provider();
+                    settings.include.iter().any(|n| config::name_matches(n, &p))
+                });
+            if named {
                 asked = Some(h);
                 break;
+            }
+            if first_ok.is_none() {
+                first_ok = Some(h);
+            }
+        }
+        if asked.is_none() {
+            if let Some(h) = first_ok {
+                // No set shows a named provider: the first that worked
+                // lists what is usable, for the message.
+                query = InfoList::query(h);
+                asked = Some(h);
             }
         }
         let list = match query {
@@ -189,7 +212,11 @@ pub unsafe extern "C" fn rustofi_init(
             Err(e) => {
                 // Only a user's explicit choice warrants a message; a default
                 // run on a machine without a fabric declines quietly.
-                if settings.explicit || !settings.include.is_empty() || settings.verbose > 0 {
+                if settings.explicit
+                    || !settings.include.is_empty()
+                    || !settings.exclude.is_empty()
+                    || settings.verbose > 0
+                {
                     crate::log::problem(Topic::UnknownProvider, &e);
                 }
                 return 1;
@@ -215,17 +242,19 @@ pub unsafe extern "C" fn rustofi_init(
         let shm = if config::shm_wanted(shm_mode, &names[index]) {
             let i = config::shm_index(&names);
             if i.is_none() {
-                let msg = format!(
-                    "mtl_rustofi_shm: libfabric offers no shm provider here; same-host \
-                     peers use {}",
-                    names[index]
-                );
                 if shm_mode == config::ShmMode::Libfabric {
-                    crate::log::problem(Topic::NoShm, &msg);
+                    crate::log::problem(
+                        Topic::NoShm,
+                        "mtl_rustofi_shm = libfabric: libfabric offers no shm provider here",
+                    );
                     return 1;
                 }
                 if verbose > 0 {
-                    crate::log::info(&msg);
+                    crate::log::info(&format!(
+                        "mtl_rustofi_shm: libfabric offers no shm provider here; same-host \
+                         peers use {}",
+                        names[index]
+                    ));
                 }
             }
             i
