@@ -300,6 +300,9 @@ pub(crate) struct Core {
     matcher: Matcher<PostedRecv, Unexpected>,
     ops: Slab<OpId, Op>,
     mrs: Slab<MrId, MrUse>,
+    /// Registrations asked for whose result the driver has not reported
+    /// yet (its `Register` action is still queued in this pass).
+    mr_unreported: hashbrown::HashSet<MrId>,
     rndv_recv: Slab<RndvId, RecvRndv>,
     rndv_send: HashMap<Cookie, SendRndv>,
     /// Synchronous eager sends waiting for the receiver's ack.
@@ -379,6 +382,7 @@ impl Core {
             matcher: Matcher::new(),
             ops: Slab::new(),
             mrs: Slab::new(),
+            mr_unreported: hashbrown::HashSet::new(),
             rndv_recv: Slab::new(),
             rndv_send: HashMap::new(),
             sync_wait: HashMap::new(),

@@ -37,6 +37,11 @@ pub(super) enum MrUse {
     RndvSend(Cookie),
     /// The user buffer of a rendezvous receive.
     RndvRecv(RndvId),
+    /// Released before the driver reported it: its id is not given out
+    /// again until that report comes (and is dropped). Otherwise a new
+    /// registration could take the id while the old `Register` action is
+    /// still queued before it, and receive the old one's result (and key).
+    Dropped,
 }
 
 /// Size of the small bounce buffers: a header and a small payload. A packet
@@ -272,6 +277,7 @@ impl Core {
             self.next_key
         };
         let mr = self.mrs.insert(what);
+        self.mr_unreported.insert(mr);
         out.actions.push(Action::Register {
             mr,
             rail,
@@ -283,6 +289,17 @@ impl Core {
     }
 
     pub(super) fn deregister(&mut self, mr: MrId, out: &mut Out) {
+        if self.mr_unreported.contains(&mr) {
+            // Its `Register` is still queued (the `Deregister` follows it):
+            // the id stays taken until the report (`MrUse::Dropped`).
+            if let Some(u) = self.mrs.get_mut(mr) {
+                if *u != MrUse::Dropped {
+                    *u = MrUse::Dropped;
+                    out.actions.push(Action::Deregister { mr });
+                }
+            }
+            return;
+        }
         if self.mrs.remove(mr).is_some() {
             out.actions.push(Action::Deregister { mr });
         }
@@ -290,10 +307,16 @@ impl Core {
 
     /// The driver's answer to a `Register` action: the key on success.
     pub(crate) fn on_registered(&mut self, mr: MrId, result: Result<u64, i32>, out: &mut Out) {
+        self.mr_unreported.remove(&mr);
         let Some(&what) = self.mrs.get(mr) else {
             return;
         };
         match (what, result) {
+            // Released meanwhile: the result is no one's, and the id is
+            // free again (its `Deregister` is queued after this report).
+            (MrUse::Dropped, _) => {
+                self.mrs.remove(mr);
+            }
             (MrUse::TxBuf, Ok(_)) | (MrUse::Failed, _) => {}
             (MrUse::TxBuf, Err(code)) => {
                 self.count_error();

@@ -150,3 +150,71 @@ fn an_injected_packets_failures_are_the_providers() {
         "the provider's refusal is evidence"
     );
 }
+
+/// A registration released while its `Register` action is still queued
+/// (a hard failure later in the same pass loses the peer whose transfer
+/// asked for it) keeps its id until the driver reports it: a registration
+/// asked for meanwhile gets another id, the stale report goes to no one,
+/// and the driver sees `Register`, `Deregister`, then the new `Register`.
+/// With the id given out again at once, the new registration took the old
+/// one's report (here a failure, which marked the new bounce buffer
+/// failed; for a rendezvous, the old key).
+#[test]
+fn a_registration_released_before_its_report_keeps_its_id_until_then() {
+    use super::action::Access;
+    use super::ids::RailId;
+    use crate::usermem::Region;
+    let (mut c, _, _) = core();
+    let rail = RailId(0);
+    let region = |addr| Region { addr, len: 4096 };
+    let mut out = Out::new();
+    let old = c.register(rail, region(0x10000), Access::Send, MrUse::TxBuf, &mut out);
+    c.deregister(old, &mut out);
+    let new = c.register(rail, region(0x20000), Access::Send, MrUse::TxBuf, &mut out);
+    assert_ne!(
+        new, old,
+        "an unreported registration's id was given out again"
+    );
+    let order: Vec<String> = out
+        .actions
+        .iter()
+        .map(|a| match a {
+            Action::Register { mr, .. } => format!("reg {}", mr.0),
+            Action::Deregister { mr } => format!("dereg {}", mr.0),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            format!("reg {}", old.0),
+            format!("dereg {}", old.0),
+            format!("reg {}", new.0)
+        ]
+    );
+    // The driver runs them in order: the old registration failed.
+    for a in std::mem::take(&mut out.actions) {
+        if let Action::Register { mr, .. } = a {
+            let r = if mr == old { Err(-12) } else { Ok(7) };
+            c.on_registered(mr, r, &mut out);
+        }
+    }
+    assert_eq!(c.mrs.get(old), None, "the stale report freed the old id");
+    assert_eq!(
+        c.mrs.get(new),
+        Some(&MrUse::TxBuf),
+        "the new registration took the old one's failure"
+    );
+    assert!(
+        out.actions.is_empty(),
+        "nothing more to do: {:?}",
+        out.actions
+    );
+    // Once reported, a released id is free at once.
+    c.deregister(new, &mut out);
+    let again = c.register(rail, region(0x30000), Access::Send, MrUse::TxBuf, &mut out);
+    assert!(
+        again == new || again == old,
+        "a reported, released id is reused"
+    );
+}
