@@ -497,41 +497,50 @@ check_bad_input() {
     fi
 }
 
+# Runs a configuration check's mpirun (logged as $1, with the other
+# arguments after its own options): sets RC, CHECK_LOG and CHECK_SECS.
+run_check() { # name mpirun-args...
+    local name=$1 t0=$EPOCHREALTIME
+    shift
+    CHECK_LOG=$(log_path "$name")
+    local -a cmd=(mpirun --bind-to none $(ompi_output_dir_args "$CHECK_LOG.ranks") "$@")
+    echo "# ${cmd[*]}" >"$CHECK_LOG.cmd"
+    run_logged $((60 * TIMEOUT_SCALE)) "$CHECK_LOG" "${cmd[@]}"
+    CHECK_SECS=$(elapsed "$t0")
+}
+
+# Reports the check run_check ran: failed for reason $2 if it is set.
+report_check() { # name why
+    if [[ -n "$2" ]]; then
+        report_fail "$1" - 2 "$CHECK_SECS" "$CHECK_LOG" "$2"
+    else
+        report_ok "$1" - 2 "$CHECK_SECS"
+    fi
+}
+
 # Ranks on different providers (tcp and udp, the shm rail off so that the
 # network endpoint carries the pair): an endpoint name means something only
 # to its own provider, so each rank must refuse the other's at MPI_Init with
 # a message, and the job must end (it used to wait for ever).
 check_mixed_providers() {
     matches "mixed_providers - np2" || return 0
-    has_provider tcp && has_provider udp || return 0
-    local prog=order_wildcard log t0=$EPOCHREALTIME secs why="" n
-    log=$(log_path mixed_providers)
-    if [[ -z "${BUILT[$prog]:-}" ]]; then
-        report_fail mixed_providers - 2 0 /dev/null "$prog did not build"
-        return 0
-    fi
-    local -a cmd=(mpirun --bind-to none $(ompi_output_dir_args "$log.ranks")
-        --mca pml cm --mca mtl rustofi --mca mtl_rustofi_shm off "${EXTRA_ARGS[@]}"
-        -np 1 env OMPI_MCA_mtl_rustofi_provider_include=tcp "$BUILD_DIR/$prog" :
-        -np 1 env OMPI_MCA_mtl_rustofi_provider_include=udp "$BUILD_DIR/$prog")
-    echo "# ${cmd[*]}" >"$log.cmd"
-    run_logged $((60 * TIMEOUT_SCALE)) "$log" "${cmd[@]}"
-    secs=$(elapsed "$t0")
-    n=$(grep -c 'every rank must use the same provider' "$log" || true)
+    has_provider tcp && has_provider udp && [[ -n "${BUILT[order_wildcard]:-}" ]] || return 0
+    local prog=$BUILD_DIR/order_wildcard why="" n
+    run_check mixed_providers --mca pml cm --mca mtl rustofi --mca mtl_rustofi_shm off \
+        "${EXTRA_ARGS[@]}" \
+        -np 1 env OMPI_MCA_mtl_rustofi_provider_include=tcp "$prog" : \
+        -np 1 env OMPI_MCA_mtl_rustofi_provider_include=udp "$prog"
+    n=$(grep -c 'every rank must use the same provider' "$CHECK_LOG" || true)
     if ((RC == 0)); then
         why="the job passed although its ranks use different providers"
     elif ((RC == 124 || RC == 137)); then
         why="timed out (a hang instead of an error)"
     elif ((n < 2)); then
         why="$n of 2 ranks said their peer is on another provider"
-    elif ! grep -q 'on provider udp;ofi_rxd, this rank.s on tcp;ofi_rxm' "$log"; then
+    elif ! grep -q 'on provider udp;ofi_rxd, this rank.s on tcp;ofi_rxm' "$CHECK_LOG"; then
         why="no message names both providers"
     fi
-    if [[ -n "$why" ]]; then
-        report_fail mixed_providers - 2 "$secs" "$log" "$why"
-    else
-        report_ok mixed_providers - 2 "$secs"
-    fi
+    report_check mixed_providers "$why"
 }
 
 # An include list is an order of preference: a name libfabric does not
@@ -539,31 +548,22 @@ check_mixed_providers() {
 # without EFA), with no message; the job runs on the first offered.
 check_include_fallback() {
     matches "include_fallback - np2" || return 0
-    has_provider udp || return 0
-    local prog=order_wildcard log t0=$EPOCHREALTIME secs why=""
-    log=$(log_path include_fallback)
-    [[ -n "${BUILT[$prog]:-}" ]] || return 0
-    local -a cmd=(mpirun -np 2 --bind-to none $(ompi_output_dir_args "$log.ranks")
-        --mca pml cm --mca mtl rustofi --mca mtl_rustofi_shm off
-        --mca mtl_rustofi_verbose 1 --mca mtl_rustofi_provider_include nosuchprov,udp
-        "${EXTRA_ARGS[@]}" "$BUILD_DIR/$prog")
-    echo "# ${cmd[*]}" >"$log.cmd"
-    run_logged $((60 * TIMEOUT_SCALE)) "$log" "${cmd[@]}"
-    secs=$(elapsed "$t0")
+    has_provider udp && [[ -n "${BUILT[order_wildcard]:-}" ]] || return 0
+    local why=""
+    run_check include_fallback -np 2 --mca pml cm --mca mtl rustofi \
+        --mca mtl_rustofi_shm off --mca mtl_rustofi_verbose 1 \
+        --mca mtl_rustofi_provider_include nosuchprov,udp \
+        "${EXTRA_ARGS[@]}" "$BUILD_DIR/order_wildcard"
     if ((RC != 0)); then
         why=$(rc_reason $RC)
-    elif ! has_pass "$log" "$prog"; then
+    elif ! has_pass "$CHECK_LOG" order_wildcard; then
         why="program output not correct"
-    elif (($(grep -c 'rustofi: rank=.* provider=udp;ofi_rxd' "$log") != 2)); then
+    elif (($(grep -c 'rustofi: rank=.* provider=udp;ofi_rxd' "$CHECK_LOG") != 2)); then
         why="not both ranks ran on udp;ofi_rxd"
-    elif grep -q 'mtl_rustofi: error' "$log"; then
+    elif grep -q 'mtl_rustofi: error' "$CHECK_LOG"; then
         why="a message for a list whose second name is offered"
     fi
-    if [[ -n "$why" ]]; then
-        report_fail include_fallback - 2 "$secs" "$log" "$why"
-    else
-        report_ok include_fallback - 2 "$secs"
-    fi
+    report_check include_fallback "$why"
 }
 
 check_selection() {
