@@ -530,14 +530,17 @@ check_mixed_providers() {
         "${EXTRA_ARGS[@]}" \
         -np 1 env OMPI_MCA_mtl_rustofi_provider_include=tcp "$prog" : \
         -np 1 env OMPI_MCA_mtl_rustofi_provider_include=udp "$prog"
+    # One rank's message is enough: the first rank whose MPI_Init fails
+    # ends the job, and the other may be killed before it prints its own.
     n=$(grep -c 'every rank must use the same provider' "$CHECK_LOG" || true)
     if ((RC == 0)); then
         why="the job passed although its ranks use different providers"
     elif ((RC == 124 || RC == 137)); then
         why="timed out (a hang instead of an error)"
-    elif ((n < 2)); then
-        why="$n of 2 ranks said their peer is on another provider"
-    elif ! grep -q 'on provider udp;ofi_rxd, this rank.s on tcp;ofi_rxm' "$CHECK_LOG"; then
+    elif ((n < 1)); then
+        why="no rank said its peer is on another provider"
+    elif ! grep -Eq 'on provider udp[^,]*, this rank.s on tcp|on provider tcp[^,]*, this rank.s on udp' \
+        "$CHECK_LOG"; then
         why="no message names both providers"
     fi
     report_check mixed_providers "$why"

@@ -121,9 +121,8 @@ void rustofi_excid_stop(void);
  * or a proc Open MPI adds lazily): added now; 0 if that fails. */
 size_t rustofi_add_peer_late(ompi_proc_t *proc);
 
-/* The peer handle of `rank` of the communicator's remote group. Inlined
- * into every send and receive: one lookup and one load when the peer is
- * known, the common case. */
+/* The peer handle of process `proc`, which is added first if it is not
+ * yet. One load when the peer is known, the common case. */
 static inline __attribute__((always_inline)) size_t proc_peer(ompi_proc_t *proc)
 {
     size_t peer = (size_t) proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL];
@@ -133,6 +132,9 @@ static inline __attribute__((always_inline)) size_t proc_peer(ompi_proc_t *proc)
     return peer;
 }
 
+/* The peer handle of `rank` of the communicator's remote group. Inlined
+ * into every send and receive: one lookup and one load when the peer is
+ * known. */
 static inline __attribute__((always_inline)) size_t peer_of(struct ompi_communicator_t *comm,
                                                             int rank)
 {

@@ -56,7 +56,8 @@ impl Driver {
                     if !self.handle_error(rail, core, out) {
                         // The error entry the queue announced could not be
                         // read: stop rather than spin on the announcement
-                        // with the progress token held.
+                        // with the progress token held (the next poll
+                        // tries again; the queue is stuck while it lasts).
                         return total;
                     }
                     self.execute(core, out);
@@ -118,7 +119,7 @@ impl Driver {
             if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
                 crate::log::error(&format!(
                     "fi_cq_read on {} announced an error entry that fi_cq_readerr did not \
-                     return; the queue is read again at the next poll",
+                     return: no later completion of that queue can be read while it does",
                     self.rails[rail.index()].profile.provider
                 ));
             }

@@ -157,38 +157,7 @@ pub unsafe extern "C" fn rustofi_init(
                 }
             }
         }
-        // The first set of hints some provider satisfies, or with an
-        // include list the first that a named provider satisfies: fi_getinfo
-        // lists only the providers that satisfy the hints asked, so one
-        // named that lacks what an earlier set asks for (FI_RMA, manual
-        // progress) would otherwise never be seen.
-        let mut query = Err(crate::fabric::FiError::new("fi_getinfo", -61));
-        let mut asked = None;
-        let mut first_ok = None;
-        for h in Hints::preference(settings.tagged, settings.rndv) {
-            query = InfoList::query(h);
-            let Ok(list) = &query else { continue };
-            let named = settings.include.is_empty()
-                || list.iter().any(|i| {
-                    let p = i.provider();
-                    settings.include.iter().any(|n| config::name_matches(n, &p))
-                });
-            if named {
-                asked = Some(h);
-                break;
-            }
-            if first_ok.is_none() {
-                first_ok = Some(h);
-            }
-        }
-        if asked.is_none() {
-            if let Some(h) = first_ok {
-                // No set shows a named provider: the first that worked
-                // lists what is usable, for the message.
-                query = InfoList::query(h);
-                asked = Some(h);
-            }
-        }
+        let (query, asked) = query_providers(&settings);
         let list = match query {
             Ok(l) => l,
             Err(e) => {
@@ -391,6 +360,52 @@ fn install(mut engine: Engine, cfg: &RustofiConfig, cb: RustofiCallbacks) -> c_i
         drop(unsafe { Box::from_raw(old) });
     }
     0
+}
+
+/// The providers to choose among and the hints that listed them: the
+/// first set of hints (most capable first) that some provider satisfies;
+/// with an include list, the first set that lists the list's first name
+/// libfabric offers in any set. fi_getinfo lists only the providers that
+/// satisfy the hints asked, so a named one that lacks what an earlier set
+/// asks for (FI_RMA, manual progress) is seen only in a later set, and
+/// must still win over a later name an earlier set lists.
+fn query_providers(
+    settings: &config::Settings,
+) -> (Result<InfoList, crate::fabric::FiError>, Option<Hints>) {
+    let sets = Hints::preference(settings.tagged, settings.rndv);
+    let mut last_err = crate::fabric::FiError::new("fi_getinfo", -(crate::sys::FI_ENODATA as i64));
+    if settings.include.is_empty() {
+        for h in sets {
+            match InfoList::query(h) {
+                Ok(l) => return (Ok(l), Some(h)),
+                Err(e) => last_err = e,
+            }
+        }
+        return (Err(last_err), None);
+    }
+    let mut lists = Vec::new();
+    for h in sets {
+        match InfoList::query(h) {
+            Ok(l) => lists.push((h, l)),
+            Err(e) => last_err = e,
+        }
+    }
+    let offers =
+        |l: &InfoList, item: &str| l.iter().any(|i| config::name_matches(item, &i.provider()));
+    let pick = settings
+        .include
+        .iter()
+        .find_map(|item| lists.iter().position(|(_, l)| offers(l, item)))
+        // None offered: the first list that worked says what is usable,
+        // for the message.
+        .or(if lists.is_empty() { None } else { Some(0) });
+    match pick {
+        Some(i) => {
+            let (h, l) = lists.swap_remove(i);
+            (Ok(l), Some(h))
+        }
+        None => (Err(last_err), None),
+    }
 }
 
 /// Whether the job needs no libfabric rail: the user named this component,

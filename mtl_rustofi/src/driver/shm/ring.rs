@@ -806,8 +806,8 @@ mod tests {
     fn a_word_of_another_position_or_of_no_length_is_refused() {
         // At the reader's position: a word stamped for another position
         // (a lap behind, or a foreign one), and one of this position with
-        // length 0. Each used to read as an empty cell, and the ring then
-        // waited for ever on the word.
+        // length 0. Neither is an empty cell (0) nor a packet: waited on,
+        // either would stop the ring for good.
         let lap_behind = stamp(3u64.wrapping_sub(16), 10);
         for (word, stamp_seen) in [
             (7 << 32 | 10, Some((7, 3))),
@@ -829,9 +829,10 @@ mod tests {
                 None => assert!(text.contains("claims 0 bytes"), "{text}"),
             }
             // Reading stops there, and the look without the token does
-            // not take the word for a packet either way.
+            // not take the word for a packet either.
             assert_eq!(c.pop(|_| panic!("must not be read")), Ok(false));
             assert_eq!(c.position(), 3);
+            assert!(!looks_ready(c.mem()), "{word:#x} looks like a packet");
         }
         // After a skip, the word at the ring's start is checked alike.
         let (mut p, mut c) = ring(16);

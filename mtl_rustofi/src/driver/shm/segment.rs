@@ -298,10 +298,11 @@ impl Segment {
     fn count_in(&self, c: &CStr) -> u64 {
         let n = self.attached().fetch_add(1, Ordering::AcqRel) + 1;
         if n as usize >= self.ranks {
-            // Every local rank has mapped it. Only while the name is still
-            // this object's: past the count (a leftover's), another rank
-            // may have removed it already and a third made a new object of
-            // the name, which must not lose it.
+            // Every local rank has mapped it. Only if the name still names
+            // this object when looked at (a stat, then the unlink): past
+            // the count (a leftover's), another rank may have removed it
+            // already and a third made a new object of the name, which
+            // must not lose it.
             unlink_if_named(c, self.id);
         }
         n
