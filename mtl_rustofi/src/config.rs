@@ -440,19 +440,16 @@ pub(crate) fn select_provider(candidates: &[String], s: &Settings) -> Result<usi
             .map(|i| format!("'{i}'"))
             .collect::<Vec<_>>()
             .join(", ");
-        return Err(if s.include.len() == 1 {
-            format!(
-                "mtl_rustofi_provider_include names {named}, which is not a usable libfabric \
-                 provider here (usable: {})",
-                available()
-            )
+        let verdict = if s.include.len() == 1 {
+            "which is not"
         } else {
-            format!(
-                "mtl_rustofi_provider_include names {named}, none of which is a usable \
-                 libfabric provider here (usable: {})",
-                available()
-            )
-        });
+            "none of which is"
+        };
+        return Err(format!(
+            "mtl_rustofi_provider_include names {named}, {verdict} a usable libfabric \
+             provider here (usable: {})",
+            available()
+        ));
     }
     let default_exclude: Vec<String> = if s.explicit || !s.exclude.is_empty() {
         Vec::new()

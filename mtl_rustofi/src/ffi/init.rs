@@ -398,7 +398,7 @@ fn query_providers(
         .find_map(|item| lists.iter().position(|(_, l)| offers(l, item)))
         // None offered: the first list that worked says what is usable,
         // for the message.
-        .or(if lists.is_empty() { None } else { Some(0) });
+        .or((!lists.is_empty()).then_some(0));
     match pick {
         Some(i) => {
             let (h, l) = lists.swap_remove(i);
