@@ -954,6 +954,10 @@ if [[ -z "$BASELINE" ]]; then
     check_bad_input badinput_shm 1 "mtl_rustofi_shm" \
         --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
         --mca mtl_rustofi_shm sometimes
+    # Open MPI reads an empty text as 0 (off, for shm): refused instead
+    check_bad_input badinput_empty_shm 1 "mtl_rustofi_shm.is.set.but.empty" \
+        --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
+        --mca mtl_rustofi_shm ""
     check_bad_input badinput_send_queue_limit 1 "mtl_rustofi_send_queue_limit.=.1000.is.out.of.range" \
         --mca mtl rustofi --mca mtl_rustofi_provider_include tcp \
         --mca mtl_rustofi_send_queue_limit 1000

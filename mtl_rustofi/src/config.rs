@@ -144,9 +144,11 @@ pub(crate) struct RawParams<'a> {
     pub priority: i64,
     pub peer_timeout: i64,
     pub named: bool,
-    /// The text of numeric values as the user wrote them, where known
-    /// (from the environment): read exactly rather than as Open MPI's
-    /// lenient conversion gave them ([`crate::params::parse`]).
+    /// The text of numeric and enumerated values as the user wrote them,
+    /// where known (from the environment): numbers are read exactly rather
+    /// than as Open MPI's lenient conversion gave them
+    /// ([`crate::params::parse`]), and an enumerated value set but empty
+    /// (which Open MPI reads as 0) is refused.
     pub texts: Vec<(&'static str, String)>,
 }
 
@@ -251,16 +253,23 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     let send_queue_limit = num("send_queue_limit", p.send_queue_limit)?;
     let send_queue_total = num("send_queue_total", p.send_queue_total)?;
     let peer_timeout = num("peer_timeout", p.peer_timeout)?;
+    // Open MPI reads an empty text as the value 0 before the shim's
+    // enumerator sees it (for `shm` that is `off`, not the default), so
+    // an enumerated parameter set but empty is refused here, where its
+    // text is at hand (from the environment, as `mpirun --mca` passes it).
+    for (name, _) in crate::params::ENUMERATED {
+        if let Some((_, t)) = p.texts.iter().find(|(n, _)| n == name) {
+            if t.trim().is_empty() {
+                return Err(crate::params::not_a_value(name, t));
+            }
+        }
+    }
     let rndv = match p.rndv_protocol.unwrap_or("auto").trim() {
         "" | "auto" => RndvProtocol::Auto,
         "read" => RndvProtocol::Read,
         "send" => RndvProtocol::Send,
         "msg" => RndvProtocol::Msg,
-        other => {
-            return Err(format!(
-                "mtl_rustofi_rndv_protocol = '{other}' is invalid: use auto, read, send or msg"
-            ))
-        }
+        other => return Err(crate::params::not_a_value("rndv_protocol", other)),
     };
     let tagged = match p
         .tagged
@@ -271,11 +280,7 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
     {
         "" | "auto" => true,
         "off" => false,
-        other => {
-            return Err(format!(
-                "mtl_rustofi_tagged = '{other}' is invalid: use auto or off"
-            ))
-        }
+        other => return Err(crate::params::not_a_value("tagged", other)),
     };
     if !tagged && rndv == RndvProtocol::Send {
         return Err("mtl_rustofi_rndv_protocol = send needs FI_TAGGED, which \
@@ -290,23 +295,14 @@ pub(crate) fn validate(p: &RawParams<'_>) -> Result<Settings, String> {
         "lose_whole" => Fault::LoseWhole,
         "late_comm" => Fault::LateComm,
         "excid_lost" => Fault::ExcidLost,
-        other => {
-            return Err(format!(
-                "mtl_rustofi_fault_inject = '{other}' is invalid: use none, rma_key, \
-                 bad_packet, lose_data, lose_whole, late_comm or excid_lost"
-            ))
-        }
+        other => return Err(crate::params::not_a_value("fault_inject", other)),
     };
     let shm = match p.shm.unwrap_or("auto").trim().to_ascii_lowercase().as_str() {
         "" | "auto" => ShmMode::Auto,
         "on" | "1" | "true" | "yes" => ShmMode::On,
         "libfabric" => ShmMode::Libfabric,
         "off" | "0" | "false" | "no" => ShmMode::Off,
-        other => {
-            return Err(format!(
-                "mtl_rustofi_shm = '{other}' is invalid: use auto, on, libfabric or off"
-            ))
-        }
+        other => return Err(crate::params::not_a_value("shm", other)),
     };
     Ok(Settings {
         include,
@@ -563,6 +559,33 @@ mod tests {
         assert_eq!(default_eager_limit("udp;ofi_rxd", 49), 1);
         assert_eq!(default_eager_limit("udp;ofi_rxd", 48), 0);
         assert_eq!(default_eager_limit("udp;ofi_rxd", 0), 0);
+    }
+
+    /// Open MPI turns an empty text into the value 0 before the shim's
+    /// enumerator sees it (`shm` = off): where the text is at hand, an
+    /// enumerated parameter set but empty is refused, naming its values,
+    /// while the converted value alone (a parameter file) still counts.
+    #[test]
+    fn an_enumerated_parameter_set_but_empty_is_refused() {
+        for (name, values) in crate::params::ENUMERATED {
+            for empty in ["", "  "] {
+                let mut p = raw();
+                p.shm = Some("off");
+                p.texts = vec![(name, empty.into())];
+                let e = validate(&p).unwrap_err();
+                assert!(
+                    e.contains(&format!("mtl_rustofi_{name} is set but empty")),
+                    "{e}"
+                );
+                assert!(e.contains(values), "{e}");
+            }
+        }
+        let mut p = raw();
+        p.shm = Some("off");
+        p.texts = vec![("shm", "off".into())];
+        assert_eq!(validate(&p).unwrap().shm, ShmMode::Off);
+        p.texts = vec![];
+        assert_eq!(validate(&p).unwrap().shm, ShmMode::Off);
     }
 
     #[test]

@@ -63,6 +63,32 @@ pub(crate) const NUMERIC: &[NumericParam] = &[
     },
 ];
 
+/// Every parameter with enumerated values (registered with an enumerator
+/// by the shim, which hands the library the value's name) and the values
+/// it takes, as the error messages list them.
+pub(crate) const ENUMERATED: &[(&str, &str)] = &[
+    ("rndv_protocol", "auto, read, send or msg"),
+    ("tagged", "auto or off"),
+    (
+        "fault_inject",
+        "none, rma_key, bad_packet, lose_data, lose_whole, late_comm or excid_lost",
+    ),
+    ("shm", "auto, on, libfabric or off"),
+];
+
+/// The error for text that names no value of enumerated parameter `name`.
+pub(crate) fn not_a_value(name: &str, text: &str) -> String {
+    let values = ENUMERATED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or("", |(_, v)| v);
+    if text.trim().is_empty() {
+        format!("mtl_rustofi_{name} is set but empty: use {values}")
+    } else {
+        format!("mtl_rustofi_{name} = '{text}' is invalid: use {values}")
+    }
+}
+
 /// The entry of parameter `name`.
 pub(crate) fn spec(name: &str) -> Option<&'static NumericParam> {
     NUMERIC.iter().find(|p| p.name == name)

@@ -81,13 +81,16 @@ pub unsafe extern "C" fn rustofi_init(
             peer_timeout: cfg.peer_timeout,
             named: cfg.named,
             // Open MPI converts leniently ("abc" is 0, digits beyond 64 bits
-            // wrap); where the user's text is at hand it is read exactly.
-            // Values from parameter files are checked as converted.
+            // wrap, an empty text is 0); where the user's text is at hand
+            // it is read exactly. Values from parameter files are checked
+            // as converted.
             texts: params::NUMERIC
                 .iter()
-                .filter_map(|p| {
-                    let text = std::env::var(format!("OMPI_MCA_mtl_rustofi_{}", p.name)).ok()?;
-                    Some((p.name, text))
+                .map(|p| p.name)
+                .chain(params::ENUMERATED.iter().map(|(name, _)| *name))
+                .filter_map(|name| {
+                    let text = std::env::var(format!("OMPI_MCA_mtl_rustofi_{name}")).ok()?;
+                    Some((name, text))
                 })
                 .collect(),
         };
