@@ -191,8 +191,29 @@ const RXM_MSG_TX_SIZE: usize = 12;
 /// component's receive buffers.
 const RXM_QUEUE: usize = 256;
 
-/// rxm's receive buffers under tcp's connections, unless the user set them.
+/// rxm's receive buffers under tcp's connections, unless the user set them
+/// ([`rxm_receive_vars`]).
 pub(super) fn tune_rxm_receive(settings: &config::Settings) {
+    let user_set = |var: &str| std::env::var_os(var).is_some();
+    for (var, value) in rxm_receive_vars(settings, rdma_device(), user_set) {
+        set_env(var, &value);
+    }
+}
+
+/// What [`tune_rxm_receive`] sets: none of it on a host with an RDMA
+/// device (`rdma`), nor what the user set (`user_set`).
+fn rxm_receive_vars(
+    settings: &config::Settings,
+    rdma: bool,
+    user_set: impl Fn(&str) -> bool,
+) -> Vec<(&'static str, String)> {
+    // Over verbs rxm copies every message through these bounce buffers
+    // (posted to the device's shared receive queue), and the settings are
+    // process-wide: Open MPI's own btl/ofi may open verbs;ofi_rxm in the
+    // same process. So, as in `tune_rxm`, nothing changes on such a host.
+    if rdma {
+        return Vec::new();
+    }
     // rxm posts FI_OFI_RXM_MSG_RX_SIZE bounce buffers into tcp's shared
     // receive context when its endpoint opens: 4096 by default, 64 MiB
     // of touched memory per rank, most of a rank's footprint. The
@@ -206,15 +227,17 @@ pub(super) fn tune_rxm_receive(settings: &config::Settings) {
     } else {
         settings.rx_buffers
     };
-    if std::env::var_os("FI_OFI_RXM_MSG_RX_SIZE").is_none() {
-        set_env("FI_OFI_RXM_MSG_RX_SIZE", &msg_rx.max(16).to_string());
+    let mut vars = Vec::new();
+    if !user_set("FI_OFI_RXM_MSG_RX_SIZE") {
+        vars.push(("FI_OFI_RXM_MSG_RX_SIZE", msg_rx.max(16).to_string()));
     }
     // With a shared receive context rxm also allocates its pools when
     // the endpoint opens (17 MB more); per-connection receive buffers
     // cost nothing on a rail no peer connects to.
-    if shm_relieves_net && std::env::var_os("FI_OFI_RXM_USE_SRX").is_none() {
-        set_env("FI_OFI_RXM_USE_SRX", "0");
+    if shm_relieves_net && !user_set("FI_OFI_RXM_USE_SRX") {
+        vars.push(("FI_OFI_RXM_USE_SRX", "0".to_string()));
     }
+    vars
 }
 
 /// Sets an environment variable for libfabric's providers.
@@ -240,6 +263,36 @@ mod tests {
         assert!(udp_overwrites_completions(fi_version(2, 3)));
         assert!(!udp_overwrites_completions(fi_version(2, 4)));
         assert!(!udp_overwrites_completions(fi_version(2, 5)));
+    }
+
+    #[test]
+    fn rxm_receive_buffers_are_left_alone_on_rdma_hosts_and_where_the_user_set_them() {
+        let mut settings = config::validate(&config::test_params()).unwrap();
+        settings.rx_buffers = 256;
+        settings.one_host = false;
+        let none = |_: &str| false;
+        let names = |v: &[(&str, String)]| v.iter().map(|(n, _)| n.to_string()).collect::<Vec<_>>();
+        // Several hosts: as many as the component posts.
+        assert_eq!(
+            rxm_receive_vars(&settings, false, none),
+            [("FI_OFI_RXM_MSG_RX_SIZE", "256".to_string())]
+        );
+        // One host, the shm rail carrying every peer: a handful, no SRX.
+        settings.one_host = true;
+        settings.shm = config::ShmMode::Auto;
+        let v = rxm_receive_vars(&settings, false, none);
+        assert_eq!(
+            v,
+            [
+                ("FI_OFI_RXM_MSG_RX_SIZE", "16".to_string()),
+                ("FI_OFI_RXM_USE_SRX", "0".to_string())
+            ]
+        );
+        // An RDMA device: rxm may run on verbs in this process, nothing set.
+        assert!(rxm_receive_vars(&settings, true, none).is_empty());
+        // A user's own setting wins, each on its own.
+        let v = rxm_receive_vars(&settings, false, |n| n == "FI_OFI_RXM_MSG_RX_SIZE");
+        assert_eq!(names(&v), ["FI_OFI_RXM_USE_SRX"]);
     }
 
     #[test]
