@@ -46,6 +46,9 @@ pub(crate) struct PostInfo {
     pub(crate) rx_post: u64,
     /// Length of the local memory named (a registration's region), or 0.
     pub(crate) len: usize,
+    /// Simulated time of the post (ns): posts of one batch of actions
+    /// share it.
+    pub(crate) now: u64,
 }
 
 /// What the hook asks the provider to do with a post.
@@ -380,6 +383,12 @@ pub(crate) struct World {
     pub(crate) first_failure: Option<u64>,
     /// What the flow-control watch saw (runs with a stalled node).
     pub(crate) flow_seen: FlowSeen,
+    /// Registrations released (a `Deregister` queued) while their own
+    /// `Register` was still queued in the same batch of actions.
+    pub(crate) released_unreported: usize,
+    /// Registrations asked for while such a released one's `Register` was
+    /// still queued: (node, the released id, the new id).
+    pub(crate) asked_while_released: Vec<(usize, MrId, MrId)>,
 }
 
 /// What the flow-control watch saw over a run with a stalled node
@@ -558,6 +567,8 @@ impl World {
             pings: 0,
             first_failure: None,
             flow_seen: FlowSeen::default(),
+            released_unreported: 0,
+            asked_while_released: Vec::new(),
         }
     }
 
@@ -635,11 +646,54 @@ impl World {
             actions: Vec::new(),
             events,
         };
+        let mut unreported = Vec::new();
+        self.note_registrations(n, q.iter(), &mut unreported);
         while let Some(a) = q.pop_front() {
+            if let Action::Register { mr, .. } = a {
+                unreported.retain(|&(m, _)| m != mr);
+            }
             self.exec(n, a, &mut o);
+            self.note_registrations(n, o.actions.iter(), &mut unreported);
             q.extend(o.actions.drain(..));
         }
         self.record(n, o.events);
+    }
+
+    /// Follows the registrations of a batch of actions of node `n` as
+    /// they are queued: `unreported` holds those whose `Register` is still
+    /// queued (the driver reports each as it runs it), and whether each
+    /// was released meanwhile. An id asked for again while its `Register`
+    /// is queued is a defect: that `Register` runs first, and its report
+    /// would go to the new registration.
+    fn note_registrations<'a>(
+        &mut self,
+        n: usize,
+        actions: impl Iterator<Item = &'a Action>,
+        unreported: &mut Vec<(MrId, bool)>,
+    ) {
+        for a in actions {
+            match *a {
+                Action::Register { mr, .. } => {
+                    if unreported.iter().any(|&(m, _)| m == mr) {
+                        self.fail(&format!(
+                            "node {n}: {mr:?} asked for again while its earlier Register is \
+                             still queued (that report would go to the new registration)"
+                        ));
+                    }
+                    for &(old, _) in unreported.iter().filter(|u| u.1) {
+                        self.asked_while_released.push((n, old, mr));
+                    }
+                    unreported.push((mr, false));
+                }
+                Action::Deregister { mr } => {
+                    if let Some(u) = unreported.iter_mut().find(|u| u.0 == mr && !u.1) {
+                        u.1 = true;
+                        self.released_unreported += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
     }
 }
 

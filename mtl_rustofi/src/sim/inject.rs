@@ -49,6 +49,7 @@ impl World {
             tag: packet.and_then(|p| p.1),
             rx_post: self.nodes[n].rx_posts,
             len: local.map_or(0, |l| l.len),
+            now: self.now,
         })
     }
 

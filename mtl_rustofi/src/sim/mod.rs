@@ -30,6 +30,7 @@ mod liveness;
 mod lostpkt_cases;
 mod lostrecv_cases;
 mod memreuse;
+mod mr_release_cases;
 mod mrcases;
 mod msg_cases;
 mod profiles;
