@@ -459,6 +459,13 @@ def main():
              "nothing to receive). \"net of polls\" = Ir - polls x empty poll: the work "
              "beyond polling, which does not depend on timing (a slight underestimate: the "
              "useful polls lose their base cost too).")
+    settle = int(meta.get("settle_us", "0") or 0)
+    if settle > 0:
+        w.append("- Paced (PROFILE_SETTLE_US=%d): one round trip every %d µs on a common clock, "
+                 "each rank sleeping outside MPI until its turn, so that each receive started "
+                 "after its message was there and made no poll that found nothing (the polls "
+                 "per round trip say how far that held); the counts with polls are then the "
+                 "work alone." % (settle, settle))
     w.append("- Callgrind counts each iteration of `rep movsb` as an instruction, and glibc's "
              "memcpy copies large blocks that way (on this machine from 16 KiB: a 16 KiB copy "
              "counts 16.4k Ir, an 8 KiB one, copied with vector instructions, 0.8k), so large "
