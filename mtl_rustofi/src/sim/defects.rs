@@ -98,6 +98,26 @@ fn directed_plan(
     tweak: impl FnOnce(&mut Plan),
     hook: impl FnMut(&PostInfo) -> Inject + 'static,
 ) -> World {
+    let mut plan = directed_script(profile, specs, buf_lens);
+    plan.allow_unmatched = allow_unmatched;
+    plan.core_faults = core_faults;
+    tweak(&mut plan);
+    let rails = profile_set(profile).expect("known profile");
+    let mut w = World::new(3, rails, directed_faults(), plan);
+    w.hook = Some(Box::new(hook));
+    w.run();
+    w.check();
+    w
+}
+
+/// The plan of a directed case: `specs` sent one by one, 10 ns apart from
+/// 110 ns on, into receives (of `buf_lens`, else each message's length)
+/// posted at time 0.
+pub(super) fn directed_script(
+    profile: &str,
+    specs: Vec<MsgSpec>,
+    buf_lens: Option<Vec<usize>>,
+) -> Plan {
     let rails = profile_set(profile).expect("known profile");
     let nodes = specs.iter().map(|s| s.from.max(s.to)).max().unwrap_or(1) + 1;
     let mut plan = Plan::explicit(nodes, &rails, specs, &mut Rng::new(1), 1_000);
@@ -117,18 +137,15 @@ fn directed_plan(
             }
         };
     }
-    plan.allow_unmatched = allow_unmatched;
-    plan.core_faults = core_faults;
-    tweak(&mut plan);
-    let faults = Faults {
+    plan
+}
+
+/// A directed case's faults: none but what its hook injects.
+pub(super) fn directed_faults() -> Faults {
+    Faults {
         directed: true,
         ..Faults::default()
-    };
-    let mut w = World::new(3, rails, faults, plan);
-    w.hook = Some(Box::new(hook));
-    w.run();
-    w.check();
-    w
+    }
 }
 
 /// Status of the send of message `i`.

@@ -29,12 +29,10 @@
 
 #![cfg(test)]
 
-use super::defects::{errors, msg, recv_status, send_status};
+use super::defects::{directed_faults, directed_script, errors, msg, recv_status, send_status};
 use super::fabric::{Inject, PostKind, World};
 use super::profiles::profile_set;
-use super::rng::Rng;
-use super::workload::{Cmd, ConsumerKind, MsgSpec, Plan, SEND_QUEUE};
-use super::Faults;
+use super::workload::{MsgSpec, SEND_QUEUE};
 use crate::proto::{Status, OP_OVERHEAD, RESENDS};
 use crate::wire::Kind;
 use std::cell::Cell;
@@ -84,22 +82,7 @@ fn run(profile: &str, old_fails: bool) -> (World, Rc<Seen>) {
         msg(0, 1, S1 as i32, s1_len, false),
         msg(2, 0, BACK as i32, eager, false),
     ];
-    let mut plan = Plan::explicit(4, &rails, specs, &mut Rng::new(1), 1_000);
-    let lens: Vec<usize> = plan.msgs.iter().map(|m| m.spec.len).collect();
-    for (c, len) in plan.consumers.iter_mut().zip(lens) {
-        c.kind = ConsumerKind::Recv;
-        c.buf_len = len;
-    }
-    let mut k = 0;
-    for (t, _, cmd) in &mut plan.script {
-        *t = match cmd {
-            Cmd::Consume(_) => 0,
-            _ => {
-                k += 1;
-                100 + 10 * k
-            }
-        };
-    }
+    let mut plan = directed_script(profile, specs, None);
     // Node 0's sends to nodes 1 and 3 fail: their messages stay unmatched.
     plan.allow_unmatched = true;
     // Room for one small packet's charge and a send of full size, not
@@ -108,11 +91,7 @@ fn run(profile: &str, old_fails: bool) -> (World, Rc<Seen>) {
     let small = SMALL_BUF + OP_OVERHEAD;
     let full = p.buf_size + OP_OVERHEAD;
     plan.send_queue = (SEND_QUEUE.0, full + small + small / 2);
-    let faults = Faults {
-        directed: true,
-        ..Faults::default()
-    };
-    let mut w = World::new(SEED, rails, faults, plan);
+    let mut w = World::new(SEED, rails, directed_faults(), plan);
     assert!(
         w.nodes[0].ring.is_none(),
         "seed {SEED}: node 0 caches registrations"
