@@ -466,6 +466,16 @@ def main():
                  "after its message was there and made no poll that found nothing (the polls "
                  "per round trip say how far that held); the counts with polls are then the "
                  "work alone." % (settle, settle))
+        # The pacing's own instructions (the program's pace and what it
+        # calls, libc's clock_nanosleep) fall in program+libmpi and libc.
+        pacing = ", ".join(
+            "%s %s B %s" % (r["cfg"], r["size"], num(sum(
+                r["d"].incl(k) for k in r["d"].self_
+                if obshort(k[0]).startswith("profile_pingpong") and k[1].split(".")[0] == "pace"
+            ) / r["per"])) for r in results)
+        w.append("- The pacing itself costs Ir per round trip per rank (%s), counted in "
+                 "program+libmpi and libc and in the whole-stack figures (Ir, with polls), "
+                 "not in MPI_Send, MPI_Recv, pml or mtl/btl." % pacing)
     w.append("- Callgrind counts each iteration of `rep movsb` as an instruction, and glibc's "
              "memcpy copies large blocks that way (on this machine from 16 KiB: a 16 KiB copy "
              "counts 16.4k Ir, an 8 KiB one, copied with vector instructions, 0.8k), so large "

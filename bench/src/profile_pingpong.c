@@ -16,7 +16,8 @@
  *               nothing, which lets bench/profile price an empty poll.
  *               Default 0 (no idle phase).
  *   settle_us   a round trip every settle_us microseconds on a common
- *               clock (CLOCK_MONOTONIC, from a start rank 0 sends): rank 0
+ *               clock (CLOCK_MONOTONIC, common because both ranks run on
+ *               one host; from a start rank 0 sends): rank 0
  *               sends at the start of its period, rank 1 receives a third
  *               of the period later and answers at once, rank 0 receives
  *               at two thirds. Each sleeps outside MPI until then, so that
@@ -47,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <time.h>
 #if defined(__has_include)
 #if __has_include(<valgrind/callgrind.h>)
@@ -77,8 +79,10 @@ static void pace(long i, long warm, long frac_num)
     long long ns = (long long) start.tv_nsec + (long long) i * period_ns + frac_num * period_ns / 3
                  + (i >= warm ? DUMP_GAP_NS : 0);
     struct timespec t = {start.tv_sec + (time_t) (ns / 1000000000LL), (long) (ns % 1000000000LL)};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) != 0) {
-    }
+    int rc;
+    do {
+        rc = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL);
+    } while (rc == EINTR);
 }
 
 int main(int argc, char **argv)

@@ -588,6 +588,31 @@ mod tests {
         assert_eq!(validate(&p).unwrap().shm, ShmMode::Off);
     }
 
+    /// The values the error messages list are the values `validate`
+    /// takes: every listed value of every enumerated parameter is accepted.
+    #[test]
+    fn every_listed_value_of_an_enumerated_parameter_is_accepted() {
+        for (name, values) in crate::params::ENUMERATED {
+            let listed: Vec<&str> = values
+                .split([',', ' '])
+                .filter(|w| !w.is_empty() && *w != "or")
+                .collect();
+            assert!(listed.len() >= 2, "{name}: {values}");
+            for v in listed {
+                let mut p = raw();
+                match *name {
+                    "rndv_protocol" => p.rndv_protocol = Some(v),
+                    "tagged" => p.tagged = Some(v),
+                    "fault_inject" => p.fault_inject = Some(v),
+                    "shm" => p.shm = Some(v),
+                    other => panic!("mtl_rustofi_{other} has no field in RawParams here"),
+                }
+                let r = validate(&p);
+                assert!(r.is_ok(), "mtl_rustofi_{name} = {v}: {r:?}");
+            }
+        }
+    }
+
     #[test]
     fn shm_mode_parses_and_defaults_per_provider() {
         let mut p = raw();

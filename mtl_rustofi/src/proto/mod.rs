@@ -69,6 +69,8 @@ pub(crate) use flow::OP_OVERHEAD;
 pub(crate) use mrcache::CacheBound;
 pub(crate) use recv::ProbeInfo;
 #[cfg(test)]
+pub(crate) use txbuf::SMALL_BUF;
+#[cfg(test)]
 pub(crate) use txq::{REBUFFERS, RESENDS};
 
 use crate::config::Fault;

@@ -48,7 +48,7 @@ pub(super) enum MrUse {
 /// that fits takes one of these instead of a buffer of the rail's full
 /// size (64 KiB over tcp), so that many small sends queued at once hold
 /// little memory.
-pub(super) const SMALL_BUF: usize = 256;
+pub(crate) const SMALL_BUF: usize = 256;
 
 impl Core {
     /// A free bounce buffer of the rail, made (and registered where the

@@ -650,7 +650,7 @@ impl World {
         self.note_registrations(n, q.iter(), &mut unreported);
         while let Some(a) = q.pop_front() {
             if let Action::Register { mr, .. } = a {
-                unreported.retain(|&(m, _)| m != mr);
+                unreported.retain(|u| u.mr != mr);
             }
             self.exec(n, a, &mut o);
             self.note_registrations(n, o.actions.iter(), &mut unreported);
@@ -669,25 +669,28 @@ impl World {
         &mut self,
         n: usize,
         actions: impl Iterator<Item = &'a Action>,
-        unreported: &mut Vec<(MrId, bool)>,
+        unreported: &mut Vec<Unreported>,
     ) {
         for a in actions {
             match *a {
                 Action::Register { mr, .. } => {
-                    if unreported.iter().any(|&(m, _)| m == mr) {
+                    if unreported.iter().any(|u| u.mr == mr) {
                         self.fail(&format!(
                             "node {n}: {mr:?} asked for again while its earlier Register is \
                              still queued (that report would go to the new registration)"
                         ));
                     }
-                    for &(old, _) in unreported.iter().filter(|u| u.1) {
-                        self.asked_while_released.push((n, old, mr));
+                    for u in unreported.iter().filter(|u| u.released) {
+                        self.asked_while_released.push((n, u.mr, mr));
                     }
-                    unreported.push((mr, false));
+                    unreported.push(Unreported {
+                        mr,
+                        released: false,
+                    });
                 }
                 Action::Deregister { mr } => {
-                    if let Some(u) = unreported.iter_mut().find(|u| u.0 == mr && !u.1) {
-                        u.1 = true;
+                    if let Some(u) = unreported.iter_mut().find(|u| u.mr == mr && !u.released) {
+                        u.released = true;
                         self.released_unreported += 1;
                     }
                 }
@@ -695,6 +698,14 @@ impl World {
             }
         }
     }
+}
+
+/// A registration whose `Register` is still queued in the batch of
+/// actions under way ([`World::note_registrations`]).
+struct Unreported {
+    mr: MrId,
+    /// A `Deregister` for it was queued meanwhile.
+    released: bool,
 }
 
 pub(crate) fn slot(s: usize) -> RxSlot {

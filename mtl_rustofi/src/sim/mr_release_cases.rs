@@ -33,7 +33,7 @@ use super::defects::{directed_faults, directed_script, errors, msg, recv_status,
 use super::fabric::{Inject, PostKind, World};
 use super::profiles::profile_set;
 use super::workload::{MsgSpec, SEND_QUEUE};
-use crate::proto::{Status, OP_OVERHEAD, RESENDS};
+use crate::proto::{Status, OP_OVERHEAD, RESENDS, SMALL_BUF};
 use crate::wire::Kind;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -41,11 +41,6 @@ use std::rc::Rc;
 /// The world's seed: node 0 caches no registrations with it (a cache
 /// would keep S1's released registration instead of closing it).
 const SEED: u64 = 9;
-
-/// Capacity of the small bounce buffers (`proto::txbuf::SMALL_BUF`): the
-/// eager packets take one each, so that no buffer of full size is free
-/// when S2's RTS takes one.
-const SMALL_BUF: usize = 256;
 
 /// The messages, by index.
 const C: usize = 0;
@@ -88,6 +83,8 @@ fn run(profile: &str, old_fails: bool) -> (World, Rc<Seen>) {
     // Room for one small packet's charge and a send of full size, not
     // for two small ones and that send: the rendezvous wait while C and
     // P are both charged.
+    // The eager packets take a small bounce buffer each (`SMALL_BUF`), so
+    // that no buffer of full size is free when S2's RTS takes one.
     let small = SMALL_BUF + OP_OVERHEAD;
     let full = p.buf_size + OP_OVERHEAD;
     plan.send_queue = (SEND_QUEUE.0, full + small + small / 2);
