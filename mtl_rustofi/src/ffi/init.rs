@@ -386,15 +386,23 @@ fn query_providers(
         }
         return (Err(last_err), None);
     }
+    let offers =
+        |l: &InfoList, item: &str| l.iter().any(|i| config::name_matches(item, &i.provider()));
     let mut lists = Vec::new();
     for h in sets {
         match InfoList::query(h) {
-            Ok(l) => lists.push((h, l)),
+            Ok(l) => {
+                // The list's first name wins wherever it is first offered:
+                // the sets after that one cannot change the pick.
+                let first_named = offers(&l, &settings.include[0]);
+                lists.push((h, l));
+                if first_named {
+                    break;
+                }
+            }
             Err(e) => last_err = e,
         }
     }
-    let offers =
-        |l: &InfoList, item: &str| l.iter().any(|i| config::name_matches(item, &i.provider()));
     let pick = settings
         .include
         .iter()

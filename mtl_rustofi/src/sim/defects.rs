@@ -7,7 +7,7 @@
 #![cfg(test)]
 
 use super::fabric::{Inject, PostInfo, PostKind, ReqKind, World};
-use super::profiles::profile_set;
+use super::profiles::{profile_set, Rails};
 use super::rng::Rng;
 use super::workload::{Cmd, ConsumerKind, MsgSpec, Plan};
 use super::Faults;
@@ -98,11 +98,11 @@ fn directed_plan(
     tweak: impl FnOnce(&mut Plan),
     hook: impl FnMut(&PostInfo) -> Inject + 'static,
 ) -> World {
-    let mut plan = directed_script(profile, specs, buf_lens);
+    let rails = profile_set(profile).expect("known profile");
+    let mut plan = directed_script(&rails, specs, buf_lens);
     plan.allow_unmatched = allow_unmatched;
     plan.core_faults = core_faults;
     tweak(&mut plan);
-    let rails = profile_set(profile).expect("known profile");
     let mut w = World::new(3, rails, directed_faults(), plan);
     w.hook = Some(Box::new(hook));
     w.run();
@@ -110,17 +110,16 @@ fn directed_plan(
     w
 }
 
-/// The plan of a directed case: `specs` sent one by one, 10 ns apart from
+/// The plan of a directed case on `rails`: `specs` sent one by one, 10 ns apart from
 /// 110 ns on, into receives (of `buf_lens`, else each message's length)
 /// posted at time 0.
 pub(super) fn directed_script(
-    profile: &str,
+    rails: &Rails,
     specs: Vec<MsgSpec>,
     buf_lens: Option<Vec<usize>>,
 ) -> Plan {
-    let rails = profile_set(profile).expect("known profile");
     let nodes = specs.iter().map(|s| s.from.max(s.to)).max().unwrap_or(1) + 1;
-    let mut plan = Plan::explicit(nodes, &rails, specs, &mut Rng::new(1), 1_000);
+    let mut plan = Plan::explicit(nodes, rails, specs, &mut Rng::new(1), 1_000);
     let lens: Vec<usize> =
         buf_lens.unwrap_or_else(|| plan.msgs.iter().map(|m| m.spec.len).collect());
     for (c, len) in plan.consumers.iter_mut().zip(lens) {

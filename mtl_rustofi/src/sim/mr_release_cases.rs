@@ -29,7 +29,9 @@
 
 #![cfg(test)]
 
-use super::defects::{directed_faults, directed_script, errors, msg, recv_status, send_status};
+use super::defects::{
+    assert_delivered, directed_faults, directed_script, errors, msg, recv_status, send_status,
+};
 use super::fabric::{Inject, PostKind, World};
 use super::profiles::profile_set;
 use super::workload::{MsgSpec, SEND_QUEUE};
@@ -77,14 +79,14 @@ fn run(profile: &str, old_fails: bool) -> (World, Rc<Seen>) {
         msg(0, 1, S1 as i32, s1_len, false),
         msg(2, 0, BACK as i32, eager, false),
     ];
-    let mut plan = directed_script(profile, specs, None);
+    let mut plan = directed_script(&rails, specs, None);
     // Node 0's sends to nodes 1 and 3 fail: their messages stay unmatched.
     plan.allow_unmatched = true;
     // Room for one small packet's charge and a send of full size, not
     // for two small ones and that send: the rendezvous wait while C and
-    // P are both charged.
-    // The eager packets take a small bounce buffer each (`SMALL_BUF`), so
-    // that no buffer of full size is free when S2's RTS takes one.
+    // P are both charged. The eager packets take a small bounce buffer
+    // each (`SMALL_BUF`), so that no buffer of full size is free when
+    // S2's RTS takes one.
     let small = SMALL_BUF + OP_OVERHEAD;
     let full = p.buf_size + OP_OVERHEAD;
     plan.send_queue = (SEND_QUEUE.0, full + small + small / 2);
@@ -197,10 +199,7 @@ fn sim_registration_released_before_its_report_keeps_its_id() {
             }
             let peer = w.nodes[0].peer_of[2].expect("a peer");
             assert!(!w.nodes[0].core.peer_is_lost(peer), "{case}: node 2 lost");
-            for m in [S2, BACK] {
-                assert_eq!(send_status(&w, m), Some(Status::Ok), "{case}: send {m}");
-                assert_eq!(recv_status(&w, m), Some(Status::Ok), "{case}: receive {m}");
-            }
+            assert_delivered(&w, [S2, BACK], &case);
             for m in [C, P, S1] {
                 assert_eq!(send_status(&w, m), Some(Status::Failed), "{case}: send {m}");
                 assert_eq!(recv_status(&w, m), None, "{case}: receive {m}");
