@@ -76,6 +76,18 @@ impl Finished {
         self.n == 0
     }
 
+    /// The one finished request, if exactly one finished (then it is in
+    /// the inline slots and `more` never allocated).
+    #[inline(always)]
+    pub(crate) fn only_one(&self) -> Option<Completion> {
+        if self.n == 1 {
+            // SAFETY: `take_from` wrote every slot below `n` before raising it.
+            Some(unsafe { self.first[0].assume_init() })
+        } else {
+            None
+        }
+    }
+
     /// Hands the finished requests to `f` in the order they finished;
     /// empties `self`. (A send complete on return, `Started::Complete`,
     /// is not among them: its caller completes it after these.)

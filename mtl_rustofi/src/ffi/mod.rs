@@ -218,42 +218,83 @@ fn run(c: &Component, f: impl FnOnce(&Engine, &mut Finished) -> c_int) -> c_int 
     r
 }
 
+/// [`with_component`] for a poll, which most often finishes one request:
+/// that one is handed over here, without the loop and the frame of
+/// `deliver`. (Posts, which most often finish none, keep `deliver` out of
+/// line: its code would cost their paths registers.)
+#[inline(always)]
+fn poll_component(
+    c: &Component,
+    what: &'static str,
+    f: impl FnOnce(&Engine, &mut Finished) -> c_int,
+) -> c_int {
+    guard(what, || {
+        let mut out = Finished::new();
+        let r = f(&c.engine, &mut out);
+        if out.is_empty() {
+            // As in `run`.
+            std::mem::forget(out);
+        } else if let Some(one) = out.only_one() {
+            // The list's one entry is in its inline slots: its vector
+            // never allocated either.
+            std::mem::forget(out);
+            // SAFETY: the request came from the shim for an operation that
+            // is now complete, and the list that held it is gone.
+            unsafe { hand_over(c, one) };
+        } else {
+            deliver(c, &mut out);
+        }
+        r
+    })
+}
+
+#[inline(never)]
 fn deliver(c: &Component, out: &mut Finished) {
-    out.deliver(|comp| {
-        // SAFETY: each request pointer came from the shim for an operation
-        // that is now complete; the callbacks are the shim's functions.
-        unsafe {
-            match comp {
-                Completion::Recv {
-                    req,
-                    src,
-                    tag,
-                    bytes,
-                    status,
-                } => {
-                    if let Some(f) = c.cb.recv_complete {
-                        f(
-                            req.0 as *mut RustofiReqHead,
-                            src,
-                            tag,
-                            bytes,
-                            status as c_int,
-                        )
-                    }
+    // SAFETY: each request pointer came from the shim for an operation
+    // that is now complete; the callbacks are the shim's functions.
+    out.deliver(|comp| unsafe { hand_over(c, comp) });
+}
+
+/// Hands one finished request to the shim's callback for it.
+///
+/// # Safety
+/// The request the completion names came from the shim for an operation
+/// that is now complete, and is handed over once.
+#[inline(always)]
+unsafe fn hand_over(c: &Component, comp: Completion) {
+    // SAFETY: per the function contract; the callbacks are the shim's
+    // functions.
+    unsafe {
+        match comp {
+            Completion::Recv {
+                req,
+                src,
+                tag,
+                bytes,
+                status,
+            } => {
+                if let Some(f) = c.cb.recv_complete {
+                    f(
+                        req.0 as *mut RustofiReqHead,
+                        src,
+                        tag,
+                        bytes,
+                        status as c_int,
+                    )
                 }
-                Completion::Send { req, status } => {
-                    if let Some(f) = c.cb.send_complete {
-                        f(req.0 as *mut RustofiReqHead, status as c_int)
-                    }
+            }
+            Completion::Send { req, status } => {
+                if let Some(f) = c.cb.send_complete {
+                    f(req.0 as *mut RustofiReqHead, status as c_int)
                 }
-                Completion::Cancelled { req } => {
-                    if let Some(f) = c.cb.cancel_complete {
-                        f(req.0 as *mut RustofiReqHead)
-                    }
+            }
+            Completion::Cancelled { req } => {
+                if let Some(f) = c.cb.cancel_complete {
+                    f(req.0 as *mut RustofiReqHead)
                 }
             }
         }
-    });
+    }
 }
 
 fn opt_str<'a>(p: *const c_char) -> Option<&'a str> {

@@ -74,7 +74,7 @@ fn progress_on_schedule(c: &'static Component) -> c_int {
 fn progress_round(c: Option<&'static Component>) -> c_int {
     const WHAT: &str = "rustofi_progress";
     match c {
-        Some(c) => with_component(c, WHAT, |e, out| e.progress(out) as c_int),
+        Some(c) => poll_component(c, WHAT, |e, out| e.progress(out) as c_int),
         None => uninitialised(WHAT),
     }
 }
