@@ -4,7 +4,15 @@
 //! has one ring from every local rank, itself included: a poll that looked
 //! at all of them cost about 16 instructions per local rank, found packets
 //! or not (an empty poll among 64 ranks about 1,060), while most peers send
-//! nothing most of the time. So with many local ranks a poll
+//! nothing most of the time.
+//!
+//! The ring from the rank itself is written only by the progress token's
+//! holder of this process, which so knows when it holds packets: a send to
+//! self sets [`RingWatch::own_fed`], and only then do a poll and a quick
+//! look read that ring (with two local ranks, a quarter of a poll's
+//! reads of empty rings otherwise).
+//!
+//! So with many local ranks a poll
 //! reads the *hot* rings, those that delivered a packet lately, and one
 //! poll in `sweep_every` reads them all (a sweep). A ring that delivers a
 //! packet in a sweep becomes hot at once. Every [`COOL_POLLS`] polls (at
@@ -95,12 +103,17 @@ pub(super) struct Inbound {
     polls: u32,
     /// [`Inbound::clock`] at the last cooling.
     cooled_at: u32,
+    /// This rank's local rank.
+    me: usize,
+    /// The ring from this rank itself, read while [`RingWatch::own_fed`]
+    /// says it was written; not among `rings`, nor in the schedule.
+    own: Option<InRing>,
     watch: Arc<RingWatch>,
 }
 
 impl Inbound {
-    /// No rings yet, for a rank among `local` local ranks.
-    pub(super) fn new(local: usize, seg: Arc<Segment>) -> Inbound {
+    /// No rings yet, for local rank `me` among `local` local ranks.
+    pub(super) fn new(local: usize, me: usize, seg: Arc<Segment>) -> Inbound {
         let every = sweep_every(local);
         Inbound {
             rings: Vec::new(),
@@ -109,20 +122,33 @@ impl Inbound {
             sweep_mask: every - 1,
             polls: 0,
             cooled_at: 0,
+            me,
+            own: None,
             watch: Arc::new(RingWatch {
                 rings: (0..local).map(|_| OnceLock::new()).collect(),
                 hot: (0..local.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
                 sweep_mask: every - 1,
                 looks: AtomicU32::new(0),
                 sweep_asked: AtomicBool::new(false),
+                own_fed: AtomicBool::new(false),
                 _seg: seg,
             }),
         }
     }
 
     /// Reads the ring `ring` from local rank `from` (process `name`) from
-    /// now on; it starts hot.
+    /// now on; it starts hot. The ring from this rank itself is kept
+    /// apart, read only once written ([`RingWatch::own_fed`]).
     pub(super) fn insert(&mut self, from: usize, name: u64, ring: Raw) {
+        if from == self.me {
+            self.own = Some(InRing {
+                from,
+                name,
+                c: Consumer::new(ring),
+                seen: 0,
+            });
+            return;
+        }
         self.rings.push(InRing {
             from,
             name,
@@ -155,12 +181,39 @@ impl Inbound {
         // of every packet) is inlined once.
         let mut total = 0;
         for r in &mut self.rings[..end] {
-            total += read_ring(r, rail, core, out);
+            total += read_ring::<false>(r, rail, core, out);
         }
         if self.sweeping {
             self.after_sweep();
         }
+        if self.watch.own_fed.load(Ordering::Relaxed) {
+            total += self.read_own(rail, core, out);
+        }
         total
+    }
+
+    /// Reads the ring from this rank itself, which a send to self wrote
+    /// (`own_fed`). Cleared first: a packet the ones read here make this
+    /// rank send to itself sets it again. Left set if the budget ended the
+    /// read, for the next poll.
+    #[cold]
+    #[inline(never)]
+    fn read_own(&mut self, rail: RailId, core: &mut Core, out: &mut Out) -> usize {
+        self.watch.own_fed.store(false, Ordering::Relaxed);
+        let Some(r) = self.own.as_mut() else {
+            return 0;
+        };
+        let n = read_ring::<true>(r, rail, core, out);
+        if n >= POLL_BUDGET {
+            self.watch.own_fed.store(true, Ordering::Relaxed);
+        }
+        n
+    }
+
+    /// Says that this rank wrote into its ring to itself (token held).
+    #[inline(always)]
+    pub(super) fn note_own_fed(&self) {
+        self.watch.own_fed.store(true, Ordering::Relaxed);
     }
 
     /// Counts a poll on the schedule and says how many rings it reads: the
@@ -242,6 +295,7 @@ impl Inbound {
         &mut self
             .rings
             .iter_mut()
+            .chain(self.own.as_mut())
             .find(|r| r.from == from)
             .expect("a ring from that rank")
             .c
@@ -250,9 +304,16 @@ impl Inbound {
 
 /// Hands the packets waiting in one ring to the core, up to the budget.
 /// Returns the number read (a malformed word counts as one; the ring is
-/// read no more).
+/// read no more). `OWN`: the ring from this rank itself, read out of line
+/// ([`Inbound::read_own`]); a constant, so that each of the two reads has
+/// a ring read of its own to inline, not one shared out of line.
 #[inline(always)]
-fn read_ring(r: &mut InRing, rail: RailId, core: &mut Core, out: &mut Out) -> usize {
+fn read_ring<const OWN: bool>(
+    r: &mut InRing,
+    rail: RailId,
+    core: &mut Core,
+    out: &mut Out,
+) -> usize {
     let name = r.name;
     let mut n = 0;
     for _ in 0..POLL_BUDGET {
@@ -291,6 +352,10 @@ pub(crate) struct RingWatch {
     /// A look at every ring found a packet in a cold one: the next poll
     /// sweeps (and clears this first).
     sweep_asked: AtomicBool,
+    /// The ring from this rank itself holds packets: set by the progress
+    /// token's holder as it sends to self, cleared by it as it reads that
+    /// ring, read by the looks as a hint, as they read the rings' words.
+    own_fed: AtomicBool,
     _seg: Arc<Segment>,
 }
 
@@ -317,6 +382,9 @@ impl RingWatch {
     /// few ranks carries none of the schedule's.
     #[inline]
     pub(crate) fn any_ready<const SCHEDULED: bool>(&self) -> bool {
+        if self.own_fed.load(Ordering::Relaxed) {
+            return true;
+        }
         if !SCHEDULED {
             return self
                 .rings

@@ -319,3 +319,43 @@ fn a_peer_inserted_while_the_others_are_cold_starts_hot() {
         "read on the first poll"
     );
 }
+
+/// The ring from a rank to itself is kept out of the schedule and read
+/// only once written: a send to self shows to the quick look at once (on
+/// either kind of look) and is read by the next poll; a burst beyond one
+/// poll's budget stays shown until the last of it is read.
+#[test]
+fn the_ring_to_self_is_read_once_written_and_until_empty() {
+    let (mut rails, mut core) = job(0xc5);
+    let mut out = Out::new();
+    let me = rails[0].name();
+    rails[0].insert(&me, name(0)).unwrap();
+    core.add_peer(name(0), RailId(0), FiAddr(0), 8192);
+    let watch = rails[0].watch();
+    let shown = || (watch.any_ready::<false>(), watch.any_ready::<true>());
+    assert_eq!(shown(), (false, false), "nothing sent yet");
+    assert!(!rails[0].inbound.hot_ranks().contains(&0), "not scheduled");
+    send(&mut rails[0], 0);
+    assert_eq!(shown(), (true, true), "a send to self shows at once");
+    assert_eq!(rails[0].poll(RailId(0), &mut core, &mut out), 1);
+    assert_eq!(shown(), (false, false), "read");
+    idle(&mut rails, &mut core, &mut out, 3);
+    let burst = super::POLL_BUDGET + 3;
+    for seq in 1..=burst as u32 {
+        send(&mut rails[0], seq);
+    }
+    assert_eq!(
+        rails[0].poll(RailId(0), &mut core, &mut out),
+        super::POLL_BUDGET
+    );
+    assert_eq!(shown(), (true, true), "the rest still shows");
+    assert_eq!(rails[0].poll(RailId(0), &mut core, &mut out), 3);
+    assert_eq!(shown(), (false, false));
+    assert_eq!(
+        core.stats()
+            .unexpected
+            .load(std::sync::atomic::Ordering::Relaxed) as usize,
+        burst + 1,
+        "every packet to self reached the core"
+    );
+}

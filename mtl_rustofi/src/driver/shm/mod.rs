@@ -381,7 +381,7 @@ impl ShmRail {
             read_forced: settings.rndv == RndvProtocol::Read,
             verbose: settings.verbose,
             peers: (0..job.size).map(|_| None).collect(),
-            inbound: Inbound::new(job.size, seg.clone()),
+            inbound: Inbound::new(job.size, job.rank, seg.clone()),
             in_run: false,
             seg,
         })
@@ -556,6 +556,10 @@ impl ShmRail {
         };
         if let Some(errno) = p.closed {
             return Err(PostError::Hard(-errno));
+        }
+        if p.rank == self.job.rank {
+            // Read only once written (`inbound`).
+            self.inbound.note_own_fed();
         }
         if !p.primed && p.tx.written() >= PRIME_AFTER {
             p.primed = true;
