@@ -195,6 +195,12 @@ struct Peer {
     /// whole ring's memory (256 KiB a pair); one that exchanges a few
     /// messages touches a page or two, as before.
     primed: bool,
+    /// It is this rank itself: a packet to it is noted for the poll
+    /// (`Inbound::note_own_fed`).
+    own: bool,
+    /// Nothing is left to do before a push: primed, and not this rank
+    /// itself. One test on the path of every packet for both.
+    settled: bool,
 }
 
 impl Peer {
@@ -510,6 +516,8 @@ impl ShmRail {
             read_refusal_said: false,
             closed: None,
             primed: false,
+            own: r == self.job.rank,
+            settled: false,
         });
         self.inbound
             .insert(r, proc_name, self.seg.ring(r, self.job.rank));
@@ -557,13 +565,16 @@ impl ShmRail {
         if let Some(errno) = p.closed {
             return Err(PostError::Hard(-errno));
         }
-        if p.rank == self.job.rank {
-            // Read only once written (`inbound`).
-            self.inbound.note_own_fed();
-        }
-        if !p.primed && p.tx.written() >= PRIME_AFTER {
-            p.primed = true;
-            prime_pair(&self.seg, self.job.rank, dest.0 as usize);
+        if !p.settled {
+            if p.own {
+                // Read only once written (`inbound`).
+                self.inbound.note_own_fed();
+            }
+            if !p.primed && p.tx.written() >= PRIME_AFTER {
+                p.primed = true;
+                prime_pair(&self.seg, self.job.rank, dest.0 as usize);
+            }
+            p.settled = p.primed && !p.own;
         }
         Ok(p)
     }
