@@ -404,12 +404,6 @@ static uint64_t proc_name64(const opal_process_name_t *name)
     return ((uint64_t) name->jobid << 32) | (uint64_t) name->vpid;
 }
 
-static int rustofi_progress_cb(void)
-{
-    int n = rustofi_progress();
-    return n > 0 ? n : 0;
-}
-
 
 /*
  * The shm rail's endpoint lives in a shared-memory file that libfabric
@@ -562,7 +556,9 @@ static mca_mtl_base_module_t *rustofi_init_module(void)
         return NULL;
     }
 #endif
-    opal_progress_register(rustofi_progress_cb);
+    /* Registered as it is: its answer is the events it handled, never
+     * negative (opal_progress adds them up). */
+    opal_progress_register(rustofi_progress);
     return &rustofi_module;
 }
 
@@ -595,7 +591,7 @@ static int rustofi_mtl_finalize(struct mca_mtl_base_module_t *mtl)
 #if OMPI_MAJOR_VERSION >= 5
     rustofi_excid_stop();
 #endif
-    opal_progress_unregister(rustofi_progress_cb);
+    opal_progress_unregister(rustofi_progress);
     mem_hooks_stop();
     return 0 == rustofi_finalize() ? OMPI_SUCCESS : OMPI_ERROR;
 }

@@ -221,14 +221,15 @@ fn run(c: &Component, f: impl FnOnce(&Engine, &mut Finished) -> c_int) -> c_int 
 /// [`with_component`] for a poll, which most often finishes one request:
 /// that one is handed over here, without the loop and the frame of
 /// `deliver`. (Posts, which most often finish none, keep `deliver` out of
-/// line: its code would cost their paths registers.)
+/// line: its code would cost their paths registers.) A panic is reported
+/// and counts as no event: a poll's answer is never negative.
 #[inline(always)]
 fn poll_component(
     c: &Component,
     what: &'static str,
     f: impl FnOnce(&Engine, &mut Finished) -> c_int,
 ) -> c_int {
-    guard(what, || {
+    let r = catch_unwind(AssertUnwindSafe(|| {
         let mut out = Finished::new();
         let r = f(&c.engine, &mut out);
         if out.is_empty() {
@@ -245,6 +246,10 @@ fn poll_component(
             deliver(c, &mut out);
         }
         r
+    }));
+    r.unwrap_or_else(|p| {
+        panicked(what, p);
+        0
     })
 }
 

@@ -38,7 +38,11 @@ pub unsafe extern "C" fn rustofi_add_peer(
     }
 }
 
-/// Drains the completion queue; returns the number of events handled.
+/// Drains the completion queue; returns the number of events handled,
+/// never a negative value (the shim registers this function itself as
+/// Open MPI's progress callback, whose answers `opal_progress` adds up): a
+/// call before initialisation, or one that met an internal error, says
+/// so and counts as 0.
 #[no_mangle]
 pub extern "C" fn rustofi_progress() -> c_int {
     let c = component();
@@ -75,7 +79,10 @@ fn progress_round(c: Option<&'static Component>) -> c_int {
     const WHAT: &str = "rustofi_progress";
     match c {
         Some(c) => poll_component(c, WHAT, |e, out| e.progress(out) as c_int),
-        None => uninitialised(WHAT),
+        None => {
+            uninitialised(WHAT);
+            0
+        }
     }
 }
 
