@@ -20,6 +20,21 @@ struct Rank {
     engine: Engine,
     /// The other rank's handle.
     peer: usize,
+    /// Its own process name.
+    name: u64,
+}
+
+impl Rank {
+    /// Adds the rank as a peer of itself, as Open MPI adds every process
+    /// of the job, this one included (its ring to itself then exists).
+    fn add_self(&self) {
+        let mut out = Finished::new();
+        let modex = self.engine.local_name().unwrap();
+        self.engine
+            .add_peer(self.name, &modex, true, &mut out)
+            .unwrap();
+        assert!(out.is_empty());
+    }
 }
 
 fn pair() -> (Rank, Rank) {
@@ -58,10 +73,12 @@ fn pair_in_job(job: u32) -> (Rank, Rank) {
         Rank {
             engine: a,
             peer: to_b,
+            name: na,
         },
         Rank {
             engine: b,
             peer: to_a,
+            name: nb,
         },
     )
 }
@@ -700,6 +717,9 @@ fn pingpong_for_engine_ir() {
     let iters = env("RUSTOFI_PINGPONG", 1000);
     let window = env("RUSTOFI_WINDOW", 1).max(1);
     let (a, b) = pair();
+    // As in a job: each process is its own peer too.
+    a.add_self();
+    b.add_self();
     let mut recv_reqs = requests(window);
     let mut send_reqs = requests(window);
     let mut out = Finished::new();

@@ -9,8 +9,8 @@
 //! The ring from the rank itself is written only by the progress token's
 //! holder of this process, which so knows when it holds packets: a send to
 //! self sets [`RingWatch::own_fed`], and only then do a poll and a quick
-//! look read that ring (with two local ranks, a quarter of a poll's
-//! reads of empty rings otherwise).
+//! look read that ring (with two local ranks it was one of the two rings
+//! every poll read, and seldom held anything).
 //!
 //! So with many local ranks a poll
 //! reads the *hot* rings, those that delivered a packet lately, and one
