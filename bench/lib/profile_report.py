@@ -38,6 +38,8 @@ GROUPS = ["program+libmpi", "pml", "mtl/btl", "opal", "libfabric", "libc", "othe
 NAMED = [
     "PMPI_Send", "PMPI_Recv", "opal_progress",
     "rustofi_send", "rustofi_mtl_irecv", "rustofi_isend", "rustofi_irecv",
+    # rustofi_progress_cb: the shim's wrapper of rustofi_progress in older
+    # builds, whose profiles this still reads.
     "rustofi_progress_cb", "rustofi_progress",
     "ompi_mtl_ofi_progress_no_inline",
     "mca_pml_ob1_send", "mca_pml_ob1_recv", "mca_pml_ob1_progress",

@@ -404,7 +404,6 @@ static uint64_t proc_name64(const opal_process_name_t *name)
     return ((uint64_t) name->jobid << 32) | (uint64_t) name->vpid;
 }
 
-
 /*
  * The shm rail's endpoint lives in a shared-memory file that libfabric
  * unlinks when the endpoint closes (and on SIGINT/SIGTERM), but not when

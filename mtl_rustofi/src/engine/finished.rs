@@ -76,12 +76,14 @@ impl Finished {
         self.n == 0
     }
 
-    /// The one finished request, if exactly one finished (then it is in
-    /// the inline slots and `more` never allocated).
+    /// Takes the one finished request, if exactly one finished (it is in
+    /// the inline slots; `self` is then empty); else takes nothing.
     #[inline(always)]
-    pub(crate) fn only_one(&self) -> Option<Completion> {
+    pub(crate) fn take_only_one(&mut self) -> Option<Completion> {
         if self.n == 1 {
-            // SAFETY: `take_from` wrote every slot below `n` before raising it.
+            self.n = 0;
+            // SAFETY: `take_from` wrote every slot below `n` before raising it,
+            // and `n` is lowered here so that this one is handed out once.
             Some(unsafe { self.first[0].assume_init() })
         } else {
             None

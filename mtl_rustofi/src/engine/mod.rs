@@ -657,8 +657,8 @@ impl Engine {
     }
 
     /// Drives the providers once. Returns the number of completions.
-    /// Inlined into the shim's poll (`rustofi_progress`): one frame
-    /// fewer on every arrival.
+    /// Inlined into the poll's round (`ffi::ops::progress_round`): one
+    /// frame fewer on every arrival.
     #[inline(always)]
     pub(crate) fn progress(&self, out: &mut Finished) -> usize {
         let mut events = 0;

@@ -27,13 +27,16 @@ struct Rank {
 impl Rank {
     /// Adds the rank as a peer of itself, as Open MPI adds every process
     /// of the job, this one included (its ring to itself then exists).
-    fn add_self(&self) {
+    /// Returns the handle.
+    fn add_self(&self) -> usize {
         let mut out = Finished::new();
         let modex = self.engine.local_name().unwrap();
-        self.engine
+        let handle = self
+            .engine
             .add_peer(self.name, &modex, true, &mut out)
             .unwrap();
         assert!(out.is_empty());
+        handle
     }
 }
 
@@ -693,6 +696,79 @@ fn the_idle_note_stays_true_through_posts_that_queue_and_posts_that_match() {
     }
     assert_eq!((&bufs[0][..], &bufs[1][..]), (&small[..], &small[..]));
     assert!(bufs[2] == large, "the rendezvous's bytes differ");
+}
+
+/// A small send to self, which its ring takes and which leaves the idle
+/// note as it was (`Engine::start`), is seen by the very next quick look
+/// (the flag the send set stands for the ring to itself, which no look
+/// reads) and read by that poll's round.
+#[test]
+fn a_send_to_self_is_found_by_the_next_poll() {
+    let (a, _b) = pair_in_job(0xe8);
+    let me = a.add_self();
+    let mut out = Finished::new();
+    a.engine.progress(&mut out);
+    assert!(idle_note_holds(&a.engine));
+    assert!(a.engine.nothing_to_poll::<false>(), "idle before the send");
+    let payload: [u8; 8] = *b"to self!";
+    let mut buf = [0u8; 8];
+    let (mut sends, mut recvs) = (requests(1), requests(1));
+    let sel = Selector {
+        ctx: 1,
+        src: Source::Rank(0),
+        tag: Tag::Value(9),
+    };
+    // SAFETY: the buffers and requests stay where they are, untouched,
+    // until both operations have completed (asserted below).
+    unsafe {
+        let from = Some(PeerId::from_handle(me));
+        a.engine
+            .irecv(sel, from, buf.as_mut_ptr(), 8, req(&mut recvs[0]), &mut out)
+            .unwrap();
+        assert!(
+            a.engine.nothing_to_poll::<false>(),
+            "a receive only queued leaves the look idle"
+        );
+        let started = a
+            .engine
+            .isend(
+                me,
+                1,
+                0,
+                9,
+                payload.as_ptr(),
+                8,
+                false,
+                req(&mut sends[0]),
+                &mut out,
+            )
+            .unwrap();
+        assert_eq!(started, Started::Complete, "the ring to itself took it");
+    }
+    assert!(out.is_empty(), "nothing read yet");
+    assert!(idle_note_holds(&a.engine));
+    assert!(
+        !a.engine.nothing_to_poll::<false>(),
+        "the look sees the send to self"
+    );
+    assert_eq!(a.engine.progress(&mut out), 1, "the next round reads it");
+    let mut done = Vec::new();
+    out.deliver(|c| done.push(c));
+    assert!(
+        matches!(
+            done[..],
+            [Completion::Recv {
+                src: 0,
+                tag: 9,
+                bytes: 8,
+                status: Status::Ok,
+                ..
+            }]
+        ),
+        "the receive completed"
+    );
+    assert_eq!(buf, payload);
+    assert!(a.engine.nothing_to_poll::<false>(), "idle again");
 }
 
 /// Round trips of `PINGPONG_LEN` bytes between two engines of this

@@ -3,7 +3,9 @@
 //!
 //! Return convention: 0 for success, a negative value for an error (the
 //! shim maps it to an Open MPI error code; the message has already been
-//! printed). `rustofi_isend` also returns 1: complete already.
+//! printed). `rustofi_isend` also returns 1 and 2: complete already (and
+//! nothing queued). `rustofi_progress` returns the events it handled and
+//! is never negative: Open MPI calls it as its progress callback.
 
 mod fi_env;
 mod init;
@@ -235,9 +237,9 @@ fn poll_component(
         if out.is_empty() {
             // As in `run`.
             std::mem::forget(out);
-        } else if let Some(one) = out.only_one() {
-            // The list's one entry is in its inline slots: its vector
-            // never allocated either.
+        } else if let Some(one) = out.take_only_one() {
+            // A list fresh from `new` whose one entry is in its inline
+            // slots: its vector never allocated either.
             std::mem::forget(out);
             // SAFETY: the request came from the shim for an operation that
             // is now complete, and the list that held it is gone.
@@ -253,10 +255,12 @@ fn poll_component(
     })
 }
 
+/// Hands every finished request in `out` to the shim's callbacks, in the
+/// order they finished; empties `out`.
 #[inline(never)]
 fn deliver(c: &Component, out: &mut Finished) {
-    // SAFETY: each request pointer came from the shim for an operation
-    // that is now complete; the callbacks are the shim's functions.
+    // SAFETY: each request came from the shim for an operation that is now
+    // complete, and `Finished::deliver` hands each one out once.
     out.deliver(|comp| unsafe { hand_over(c, comp) });
 }
 

@@ -4,21 +4,14 @@
 //! has one ring from every local rank, itself included: a poll that looked
 //! at all of them cost about 16 instructions per local rank, found packets
 //! or not (an empty poll among 64 ranks about 1,060), while most peers send
-//! nothing most of the time.
-//!
-//! The ring from the rank itself is written only by the progress token's
-//! holder of this process, which so knows when it holds packets: a send to
-//! self sets [`RingWatch::own_fed`], and only then do a poll and a quick
-//! look read that ring (with two local ranks it was one of the two rings
-//! every poll read, and seldom held anything).
-//!
-//! So with many local ranks a poll
+//! nothing most of the time. So with many local ranks a poll
 //! reads the *hot* rings, those that delivered a packet lately, and one
 //! poll in `sweep_every` reads them all (a sweep). A ring that delivers a
 //! packet in a sweep becomes hot at once. Every [`COOL_POLLS`] polls (at
 //! the first sweep after them), the hot rings that delivered nothing since
 //! the last such cooling turn cold: a ring goes cold after one to two
-//! such periods of silence. Every ring starts hot. The polls counted there
+//! such periods of silence. Every ring starts hot (but the one from the
+//! rank itself, below). The polls counted there
 //! include the quick looks of idle polls, which take no token and read no
 //! ring of their own accord: a rank that waits long makes mostly those,
 //! and its rings must cool all the same.
@@ -35,6 +28,14 @@
 //! that finds a packet in a cold ring asks the next poll to sweep. The
 //! poll clears that request before it reads the rings, so a request made
 //! meanwhile is not lost.
+//!
+//! The ring from the rank itself is in no schedule. Only the progress
+//! token's holder of this process writes it (a send to self), and it so
+//! knows when that ring holds packets: the send sets
+//! [`RingWatch::own_fed`], a poll reads that ring only while the flag is
+//! set, and a quick look takes the set flag for a ready ring (it never
+//! reads that ring). With two local ranks it was one of the two rings
+//! every poll read, and it seldom holds anything.
 //!
 //! `sweep_every` grows with the local ranks ([`sweep_every`]): 1 (every
 //! poll reads every ring, as with no schedule at all) up to three ranks,
@@ -314,6 +315,8 @@ fn read_ring<const OWN: bool>(
     core: &mut Core,
     out: &mut Out,
 ) -> usize {
+    // `OWN` only makes the two reads two functions to inline: the body is
+    // the same.
     let name = r.name;
     let mut n = 0;
     for _ in 0..POLL_BUDGET {
@@ -336,8 +339,8 @@ fn read_ring<const OWN: bool>(
 }
 
 /// The receiving rings of a rank, readable by any thread: one slot per
-/// local rank, filled when that peer is inserted, and which of them are
-/// hot. It holds the segment, so its rings stay mapped as long as it
+/// local rank, filled when that peer is inserted (never the rank's own:
+/// [`RingWatch::own_fed`] stands for it), and which of them are hot. It holds the segment, so its rings stay mapped as long as it
 /// lives.
 pub(crate) struct RingWatch {
     rings: Box<[OnceLock<Raw>]>,
@@ -352,9 +355,11 @@ pub(crate) struct RingWatch {
     /// A look at every ring found a packet in a cold one: the next poll
     /// sweeps (and clears this first).
     sweep_asked: AtomicBool,
-    /// The ring from this rank itself holds packets: set by the progress
-    /// token's holder as it sends to self, cleared by it as it reads that
-    /// ring, read by the looks as a hint, as they read the rings' words.
+    /// The ring from this rank itself may hold packets: set by the
+    /// progress token's holder as it sends to self, cleared by the holder
+    /// that reads that ring (set again if the read used up its budget), so
+    /// never clear while the ring holds packets; read by the looks as a
+    /// hint, as they read the other rings' words.
     own_fed: AtomicBool,
     _seg: Arc<Segment>,
 }

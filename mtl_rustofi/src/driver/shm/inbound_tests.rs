@@ -326,7 +326,7 @@ fn a_peer_inserted_while_the_others_are_cold_starts_hot() {
 /// poll's budget stays shown until the last of it is read.
 #[test]
 fn the_ring_to_self_is_read_once_written_and_until_empty() {
-    let (mut rails, mut core) = job(0xc5);
+    let (mut rails, mut core) = job(0xc8);
     let mut out = Out::new();
     let me = rails[0].name();
     rails[0].insert(&me, name(0)).unwrap();

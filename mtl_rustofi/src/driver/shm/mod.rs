@@ -682,7 +682,8 @@ impl ShmRail {
     /// Hands the packets waiting in the peers' rings to the core (up to
     /// a budget per peer; with many local ranks, from the rings this poll
     /// reads: [`inbound`]). Returns the number of packets. A ring is read
-    /// from the moment its peer is inserted, which the core then adds
+    /// from the moment its peer is inserted (the ring from this rank
+    /// itself: once it was written to), which the core then adds
     /// (`engine::peers::add_peer`): there is no ring of a peer the core
     /// does not want polled, and without peers there is nothing to read.
     #[inline]
