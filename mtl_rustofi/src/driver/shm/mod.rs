@@ -158,6 +158,25 @@ impl Addr {
     }
 }
 
+/// What comes before a push to a peer that is not [`Peer::settled`]: a
+/// packet to this rank itself is noted for the poll
+/// (`Inbound::note_own_fed`), and the pair's rings are primed once a
+/// page of cells was written. Out of line, so that the path of every
+/// packet carries one test for both.
+#[cold]
+#[inline(never)]
+fn settle(p: &mut Peer, inbound: &Inbound, seg: &Segment, me: usize) {
+    if p.own {
+        // Read only once written (`inbound`).
+        inbound.note_own_fed();
+    }
+    if !p.primed && p.tx.written() >= PRIME_AFTER {
+        p.primed = true;
+        prime_pair(seg, me, p.rank);
+    }
+    p.settled = p.primed && !p.own;
+}
+
 /// Maps in the rings between `me` and `peer` (both directions: a peer
 /// sent this much mostly answers). A failure only leaves the pages to
 /// fault in as they are reached.
@@ -566,15 +585,7 @@ impl ShmRail {
             return Err(PostError::Hard(-errno));
         }
         if !p.settled {
-            if p.own {
-                // Read only once written (`inbound`).
-                self.inbound.note_own_fed();
-            }
-            if !p.primed && p.tx.written() >= PRIME_AFTER {
-                p.primed = true;
-                prime_pair(&self.seg, self.job.rank, dest.0 as usize);
-            }
-            p.settled = p.primed && !p.own;
+            settle(p, &self.inbound, &self.seg, self.job.rank);
         }
         Ok(p)
     }
