@@ -242,7 +242,7 @@ fn poll_component(
             // slots: its vector never allocated either.
             std::mem::forget(out);
             // SAFETY: the request came from the shim for an operation that
-            // is now complete, and the list that held it is gone.
+            // is now complete, and `take_only_one` took it from the list.
             unsafe { hand_over(c, one) };
         } else {
             deliver(c, &mut out);
