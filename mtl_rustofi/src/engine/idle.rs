@@ -1,6 +1,6 @@
 //! The quick look of an empty poll (see `mtl_rustofi/CONCURRENCY.md`).
 
-use super::State;
+use super::{Engine, State};
 use crate::driver::RingWatch;
 use crate::proto::ids::RailId;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -35,6 +35,25 @@ pub(super) struct IdleWatch {
 }
 
 const FULL_EVERY: u32 = 64;
+
+impl Engine {
+    /// Whether a poll would find nothing, by a look that takes no token
+    /// ([`IdleWatch`]): then the caller may return at once. `SCHEDULED`
+    /// must be [`Engine::looks_on_schedule`]'s answer.
+    #[inline]
+    pub(crate) fn nothing_to_poll<const SCHEDULED: bool>(&self) -> bool {
+        self.idle
+            .as_ref()
+            .is_some_and(|w| w.skip::<SCHEDULED>(self.handoff.inbox_is_empty()))
+    }
+
+    /// Whether the quick look reads the rings on a schedule (four or more
+    /// local ranks, `driver::shm::inbound`).
+    #[inline]
+    pub(crate) fn looks_on_schedule(&self) -> bool {
+        self.scheduled_look
+    }
+}
 
 impl IdleWatch {
     /// Whether a poll can return now (`SCHEDULED`: as

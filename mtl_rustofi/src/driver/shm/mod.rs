@@ -25,6 +25,7 @@ mod inbound;
 pub(crate) mod reads;
 pub(crate) mod ring;
 pub(crate) mod segment;
+mod settle;
 pub(crate) mod short;
 
 use crate::config::{RndvProtocol, Settings};
@@ -38,6 +39,7 @@ pub(crate) use inbound::RingWatch;
 pub(crate) use reads::{execute_reads, local_read};
 use ring::{Producer, Raw};
 use segment::Segment;
+use settle::settle;
 use std::sync::Arc;
 
 /// The provider name the rail reports (profiles, verbose lines).
@@ -156,34 +158,6 @@ impl Addr {
             },
         })
     }
-}
-
-/// What comes before a push to a peer that is not [`Peer::settled`]: a
-/// packet to this rank itself is noted for the poll
-/// (`Inbound::note_own_fed`), and the pair's rings are primed once a
-/// page of cells was written. Out of line, so that the path of every
-/// packet carries one test for both.
-#[cold]
-#[inline(never)]
-fn settle(p: &mut Peer, inbound: &Inbound, seg: &Segment, me: usize) {
-    if p.own {
-        // Read only once written (`inbound`).
-        inbound.note_own_fed();
-    }
-    if !p.primed && p.tx.written() >= PRIME_AFTER {
-        p.primed = true;
-        prime_pair(seg, me, p.rank);
-    }
-    p.settled = p.primed && !p.own;
-}
-
-/// Maps in the rings between `me` and `peer` (both directions: a peer
-/// sent this much mostly answers). A failure only leaves the pages to
-/// fault in as they are reached.
-#[cold]
-#[inline(never)]
-fn prime_pair(seg: &Segment, me: usize, peer: usize) {
-    let _ = seg.prime(me, peer) && seg.prime(peer, me);
 }
 
 /// A peer this rail reaches.
