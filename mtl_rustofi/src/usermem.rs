@@ -153,9 +153,11 @@ impl UserBuf {
 
     /// Copies `src` to the start of the buffer, clipped to its length;
     /// returns the bytes copied ([`copy_bytes`]: no `memcpy` call for a
-    /// small one). Out of line: inlined, it would make its callers too
-    /// large to be inlined into the packet handler themselves.
-    #[inline(never)]
+    /// small one). Inlined: the arrival of a short message copies its
+    /// payload here, and the call cost that path 7 Ir (`bench/engine-ir`
+    /// 1,637 -> 1,623 per round trip of both engines); its callers stay
+    /// inlined into the packet handler.
+    #[inline(always)]
     pub(crate) fn write(&self, src: &[u8]) -> usize {
         let n = src.len().min(self.len);
         // SAFETY: `new`'s contract makes `ptr` writable for `len >= n`
