@@ -153,10 +153,11 @@ impl UserBuf {
 
     /// Copies `src` to the start of the buffer, clipped to its length;
     /// returns the bytes copied ([`copy_bytes`]: no `memcpy` call for a
-    /// small one). Inlined: the arrival of a short message copies its
-    /// payload here, and the call cost that path 7 Ir (`bench/engine-ir`
-    /// 1,637 -> 1,623 per round trip of both engines); its callers stay
-    /// inlined into the packet handler.
+    /// small one). Inlined: the arrival of an eager message (and each
+    /// piece of a rendezvous by messages) copies its payload here, and the
+    /// call cost each short arrival 7 Ir (`bench/engine-ir`: 1,637 ->
+    /// 1,623 per round trip of both engines). In the build measured, its
+    /// callers stayed inlined into the packet handler with it.
     #[inline(always)]
     pub(crate) fn write(&self, src: &[u8]) -> usize {
         let n = src.len().min(self.len);
