@@ -82,8 +82,8 @@ if run ob1-tcp --mca pml ob1 --mca btl tcp,self; then
     echo "ok   flood ob1-tcp: sender peak $(($(field "$LOG" 0 hwm_kib) / 1024)) MB, receiver peak $((ob1_rx / 1024)) MB"
 fi
 
-check() { # name rx_bounded(1: RECEIVER_MAX_MB, 0: RECEIVER_UDP_MAX_MB)
-    local s_hwm s_rss r_hwm s_heap r_heap ratio rx_max heaps
+check() { # name receiver_max_mb (held to RECEIVER_MAX_MB when the heap is not measured)
+    local rx_max=$2 s_hwm s_rss r_hwm s_heap r_heap ratio heaps
     s_hwm=$(field "$LOG" 0 hwm_kib)
     s_rss=$(field "$LOG" 0 rss_kib)
     r_hwm=$(field "$LOG" 1 hwm_kib)
@@ -93,13 +93,11 @@ check() { # name rx_bounded(1: RECEIVER_MAX_MB, 0: RECEIVER_UDP_MAX_MB)
         fail "$1: no RSS lines (log $LOG)"
         return
     fi
-    rx_max=$RECEIVER_MAX_MB
     if [[ -n "$s_heap" && -n "$r_heap" ]]; then
         heaps="heap peaks $((s_heap / 1024)) / $((r_heap / 1024)) MB"
-        (($2 == 1)) || rx_max=$RECEIVER_UDP_MAX_MB
     else
         heaps="heap not measured (no mallinfo2)"
-        s_heap=0 r_heap=0
+        s_heap=0 r_heap=0 rx_max=$RECEIVER_MAX_MB
     fi
     ratio=""
     [[ -n "$ob1_rx" ]] && ratio=$(awk -v a="$r_hwm" -v b="$ob1_rx" 'BEGIN { printf " (%.1fx ob1)", a / b }')
@@ -118,7 +116,7 @@ check() { # name rx_bounded(1: RECEIVER_MAX_MB, 0: RECEIVER_UDP_MAX_MB)
 }
 
 rustofi=(--mca mtl rustofi --mca mtl_rustofi_verbose 1)
-run tcp "${rustofi[@]}" --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_shm off && check tcp 1
-run udp "${rustofi[@]}" --mca mtl_rustofi_provider_include udp --mca mtl_rustofi_shm off && check udp 0
-run shm-rail "${rustofi[@]}" --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_shm on && check shm-rail 1
+run tcp "${rustofi[@]}" --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_shm off && check tcp "$RECEIVER_MAX_MB"
+run udp "${rustofi[@]}" --mca mtl_rustofi_provider_include udp --mca mtl_rustofi_shm off && check udp "$RECEIVER_UDP_MAX_MB"
+run shm-rail "${rustofi[@]}" --mca mtl_rustofi_provider_include tcp --mca mtl_rustofi_shm on && check shm-rail "$RECEIVER_MAX_MB"
 exit $FAILED

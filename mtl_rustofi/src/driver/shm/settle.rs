@@ -21,16 +21,10 @@ pub(super) fn settle(p: &mut Peer, inbound: &Inbound, seg: &Segment, me: usize) 
     }
     if !p.primed && p.tx.written() >= PRIME_AFTER {
         p.primed = true;
-        prime_pair(seg, me, p.rank);
+        // The rings between the two both ways (a peer sent this much
+        // mostly answers). A failure only leaves the pages to fault in
+        // as they are reached.
+        let _ = seg.prime(me, p.rank) && seg.prime(p.rank, me);
     }
     p.settled = p.primed && !p.own;
-}
-
-/// Maps in the rings between `me` and `peer` (both directions: a peer
-/// sent this much mostly answers). A failure only leaves the pages to
-/// fault in as they are reached.
-#[cold]
-#[inline(never)]
-fn prime_pair(seg: &Segment, me: usize, peer: usize) {
-    let _ = seg.prime(me, peer) && seg.prime(peer, me);
 }
