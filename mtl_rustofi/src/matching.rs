@@ -27,8 +27,9 @@
 //! Posted side:
 //!
 //! * fully specific receives (rank and tag given) live in bins keyed by
-//!   `(ctx, src, tag)`; each bin is a `VecDeque` in posting order, so the head
-//!   of a bin is the earliest posted receive for that exact envelope;
+//!   `(ctx, src, tag)`; each bin is a queue in posting order (its first
+//!   receive held inline, as most bins hold none or one: [`head`]), so the
+//!   head of a bin is the earliest posted receive for that exact envelope;
 //! * wildcard receives (`Source::Any` and/or `Tag::Any`) live in one
 //!   `BTreeMap<seq, entry>` per context, in posting order; knowing which
 //!   contexts hold any ([`wild`]) lets an arrival in a context without
@@ -86,12 +87,14 @@
 mod arrivals;
 mod bins;
 mod bulk;
+mod head;
 mod wild;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::{Hash, Hasher};
 
 use bins::Bins;
+use head::HeadQueue;
 use wild::WildIn;
 
 /// Open MPI's raw value for `MPI_ANY_SOURCE` and `MPI_ANY_TAG`.
@@ -268,7 +271,7 @@ struct Unexpected<U> {
     u: U,
 }
 
-type PostedBins<R> = Bins<Key, VecDeque<Posted<R>>>;
+type PostedBins<R> = Bins<Key, HeadQueue<Posted<R>>>;
 type WildLists<R> = Bins<u32, BTreeMap<u64, WildPosted<R>>>;
 type UnexpectedBins<U> = Bins<Key, VecDeque<Unexpected<U>>>;
 type ArrivalIndex = Bins<u32, arrivals::Arrivals>;
@@ -303,9 +306,8 @@ impl<R, U> Default for Matcher<R, U> {
 /// increasing `seq` order and matched from the front, so a receive matched
 /// already is usually rejected by the first comparison.
 #[inline]
-fn bin_holds<R>(bin: &VecDeque<Posted<R>>, seq: u64) -> bool {
-    bin.front().is_some_and(|head| head.seq <= seq)
-        && bin.binary_search_by_key(&seq, |p| p.seq).is_ok()
+fn bin_holds<R>(bin: &HeadQueue<Posted<R>>, seq: u64) -> bool {
+    bin.front().is_some_and(|head| head.seq <= seq) && bin.contains_sorted(seq, |p| p.seq)
 }
 
 /// Sequence number of the earliest wildcard receive in `lists` that was
@@ -557,8 +559,7 @@ impl<R, U> Matcher<R, U> {
                 if !bin_holds(&bin.c, id.seq) {
                     return None;
                 }
-                let pos = bin.c.binary_search_by_key(&id.seq, |p| p.seq).ok()?;
-                let posted = bin.c.remove(pos)?;
+                let posted = bin.c.remove_sorted(id.seq, |p| p.seq)?;
                 if bin.newly_empty() {
                     self.posted_bins.park(key);
                 }

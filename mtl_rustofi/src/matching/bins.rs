@@ -26,6 +26,8 @@ use std::hash::{BuildHasher, Hash, Hasher};
 
 use hashbrown::HashTable;
 
+use super::head::HeadQueue;
+
 /// Most empty containers kept in place per map.
 pub(super) const PARKED: usize = 8;
 /// Most evicted empty containers kept for reuse per map.
@@ -114,6 +116,17 @@ impl<T> Container for VecDeque<T> {
     #[inline]
     fn is_empty(&self) -> bool {
         VecDeque::is_empty(self)
+    }
+
+    fn worth_keeping(&self) -> bool {
+        self.capacity() <= SPARE_BIN_MAX_CAP
+    }
+}
+
+impl<T> Container for HeadQueue<T> {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        HeadQueue::is_empty(self)
     }
 
     fn worth_keeping(&self) -> bool {
