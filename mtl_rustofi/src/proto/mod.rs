@@ -293,6 +293,9 @@ pub(crate) struct Core {
     cfg: CoreConfig,
     rails: Vec<Rail>,
     peers: Vec<Peer>,
+    /// Some peer is lost (peers are never found again): until one is, a
+    /// receive need not look up whether its source's peer is.
+    any_lost: bool,
     by_name: HashMap<u64, PeerId>,
     /// The sender of the last message handled and its peer: a run of
     /// packets from one peer (a ring read in a batch, a ping-pong) skips
@@ -379,6 +382,7 @@ impl Core {
                 })
                 .collect(),
             peers: Vec::new(),
+            any_lost: false,
             by_name: HashMap::new(),
             last_sender: None,
             matcher: Matcher::new(),

@@ -133,6 +133,7 @@ impl Core {
             return;
         }
         p.lost = true;
+        self.any_lost = true;
         // Messages held behind a missing predecessor from this peer can
         // never be delivered.
         p.order.drop_held();

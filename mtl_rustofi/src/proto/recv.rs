@@ -112,12 +112,8 @@ impl Core {
     ) -> Option<PostId> {
         self.flush_bundles(None, out);
         // A source whose peer the core does not know (a bad handle) is
-        // not watched. Whether the peer is lost is read here, once:
-        // posting changes no peer.
-        let (from, lost) = match from {
-            Some(p) if p.index() < self.peers.len() => (Some(p), self.peers[p.index()].lost),
-            _ => (None, false),
-        };
+        // not watched.
+        let from = from.filter(|p| p.index() < self.peers.len());
         // With nothing unexpected queued (the common case) the receive is
         // queued at once; the match against the unexpected queue, with its
         // large result, is made out of line.
@@ -126,7 +122,9 @@ impl Core {
             Err(p) => self.post_or_match(sel, p, out)?,
         };
         self.stats.posted_now.up(1);
-        if lost {
+        // Whether the peer is lost is read after the post, which changes
+        // no peer, and only once some peer is.
+        if self.any_lost && from.is_some_and(|p| self.peers[p.index()].lost) {
             self.fail_posted(id, &sel, out);
         }
         Some(id)
