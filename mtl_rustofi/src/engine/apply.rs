@@ -190,7 +190,12 @@ pub(super) unsafe fn apply_send(st: &mut State, args: SendArgs, req: ReqPtr) -> 
     // SAFETY: the request is live (the contract) and the token is held;
     // MPI_Cancel may ask about any request.
     unsafe { req.set_post_id(None) };
-    match core.send(args, out) {
+    // `Core::send` in its two halves, so that the common packet is not
+    // merged with `send_or_defer`'s answer in memory.
+    if let Some(p) = core.send_at_once(&args, out) {
+        return Some(p);
+    }
+    match core.send_or_defer(args, out) {
         Ok(Sent::Inline(p)) => return Some(p),
         Ok(Sent::Out) => {}
         Err(e) => {

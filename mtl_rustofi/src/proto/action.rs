@@ -89,7 +89,7 @@ pub(crate) enum Action {
     /// MPI layer only after the driver has executed every action of the
     /// same output. A
     /// send the engine applies for its caller comes back from
-    /// `Core::send` as the same packet (`InlineSend`), which the engine
+    /// the core's send as the same packet (`InlineSend`), which the engine
     /// hands to the driver at once; this action is for the others (sends
     /// queued through the inbox or started by the core itself).
     SendInline {

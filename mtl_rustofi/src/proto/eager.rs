@@ -48,7 +48,7 @@ pub(super) fn put_eager(mem: &mut [u8], at: usize, hdr: &Header, buf: &UserBuf) 
     start + buf.len()
 }
 
-/// How [`Core::send`] started a send.
+/// How a send started ([`Core::send_or_defer`]; the tests' `Core::send`).
 #[must_use = "an inline packet must be executed and its send completed"]
 #[derive(Debug)]
 pub(crate) enum Sent {
@@ -61,8 +61,8 @@ pub(crate) enum Sent {
 
 /// A small eager send that the driver copies at post (what
 /// [`Action::SendInline`] carries), given straight back to the caller of
-/// [`Core::send`] rather than queued: the engine writes it into the ring
-/// on the spot, and the send is complete for MPI once the driver took it
+/// a send ([`Core::send_at_once`]) rather than queued: the engine writes
+/// it into the ring on the spot, and the send is complete for MPI once the driver took it
 /// (a refused one goes back to [`Core::on_inline_refused`], which copies
 /// it into a bounce buffer, and completes as a copied send does).
 /// Neither `Copy` nor `Clone`: each one is executed exactly once.
@@ -144,20 +144,35 @@ impl Core {
     /// Starts a send, or queues it while the peer's send queue is full
     /// ([`super::flow`]). An error refuses it at once (nothing was sent and
     /// no event will follow).
-    // Inlined into the engine's send: as a call, its inline packet was
-    // copied out through `Sent` and `Option` (about 40 instructions).
+    // The engine calls its two halves itself (`engine::apply`), which
+    // keeps the common packet out of memory; this whole is for the tests,
+    // the simulator and the fuzz targets.
+    #[cfg(any(test, feature = "fuzzing"))]
     #[inline(always)]
     pub(crate) fn send(&mut self, s: SendArgs, out: &mut Out) -> Result<Sent, CoreError> {
-        self.flush_bundles(Some(s.peer), out);
-        match self.inline_at_once(&s) {
+        match self.send_at_once(&s, out) {
             Some(p) => Ok(Sent::Inline(p)),
             None => self.send_or_defer(s, out),
         }
     }
 
-    /// [`Core::send`] of a send that does not go inline at once.
+    /// The first half of a send: flushes the other peers' bundles and
+    /// makes the send's inline packet if it goes at once (see
+    /// [`Core::inline_at_once`]); at `None` the caller goes on with
+    /// [`Core::send_or_defer`]. The engine calls the two halves itself:
+    /// inlined, this packet's fields stay in registers, where through one
+    /// answer for both, which `send_or_defer` writes in memory, they went
+    /// through memory too (about 15 instructions a send).
+    #[inline(always)]
+    pub(crate) fn send_at_once(&mut self, s: &SendArgs, out: &mut Out) -> Option<InlineSend> {
+        self.flush_bundles(Some(s.peer), out);
+        self.inline_at_once(s)
+    }
+
+    /// The second half of a send, one that does not go inline at once
+    /// (after [`Core::send_at_once`] said `None`).
     #[inline(never)]
-    fn send_or_defer(&mut self, s: SendArgs, out: &mut Out) -> Result<Sent, CoreError> {
+    pub(crate) fn send_or_defer(&mut self, s: SendArgs, out: &mut Out) -> Result<Sent, CoreError> {
         self.check_peer(s.peer)?;
         if self.send_must_wait(&s) {
             if s.buf.len() > self.peers[s.peer.index()].eager_limit {

@@ -3,7 +3,7 @@
 //! control packets), the transmit queue with its credits and retry policy,
 //! and request state. It performs no I/O.
 //!
-//! Inputs are calls: commands from the MTL API ([`Core::send`],
+//! Inputs are calls: commands from the MTL API ([`Core::send_at_once`],
 //! [`Core::recv`], ...), packets received on a rail ([`Core::on_packet`]),
 //! the outcome of every operation it asked for ([`Core::on_complete`],
 //! [`Core::on_error`], [`Core::on_post_failed`], [`Core::on_registered`])
@@ -122,7 +122,7 @@ pub(crate) struct RailProfile {
     /// as the core copies into a bounce buffer, and reports nothing (the
     /// component's own shared-memory ring): eager sends no larger than
     /// `inject_size` go as [`Action::SendInline`], or as the
-    /// [`eager::InlineSend`] that `Core::send` returns to the engine.
+    /// [`eager::InlineSend`] that a send returns to the engine.
     pub(crate) inline: bool,
     /// The driver keeps its receive slots armed by itself (the own ring,
     /// whose one slot is the ring's read position): after a packet or a
