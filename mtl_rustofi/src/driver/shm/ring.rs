@@ -225,18 +225,23 @@ impl<C: Cells> Producer<C> {
     ) -> Result<(), Refused> {
         let count = self.mem.count();
         debug_assert!(len > 0 && len <= CELL - WORD && len <= max_packet(count));
-        if self.head - self.tail_seen >= count as u64 {
+        // The position is read once, before `fill` writes: the compiler
+        // cannot tell those writes from this ring's fields, and read
+        // `head` twice again after them (the header word's slot, taken
+        // before `fill` too, cost more than it saved: a register held).
+        let head = self.head;
+        if head - self.tail_seen >= count as u64 {
             self.room_after_reload(1)?;
         }
-        let at = cell_of(self.head, count);
+        let at = cell_of(head, count);
         // SAFETY: the cell at `head` lies below tail + count, so the
         // consumer has released it (acquire load of tail above, or an
         // earlier one covering it).
         unsafe { self.mem.write_cell(at, fill) };
         self.mem
             .word(at)
-            .store(stamp(self.head, len as u32), Ordering::Release);
-        self.head += 1;
+            .store(stamp(head, len as u32), Ordering::Release);
+        self.head = head + 1;
         Ok(())
     }
 
