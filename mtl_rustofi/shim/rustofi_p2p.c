@@ -120,9 +120,11 @@ void cb_cancel_complete(RustofiReqHead *head)
 #else
 #    define SEND_BUFFER_SLOW_FLAGS CONVERTOR_COMPLETED
 #endif
-static inline __attribute__((always_inline)) int send_buffer(struct opal_convertor_t *convertor,
-                                                            void **start, size_t *length,
-                                                            bool *free_after)
+
+/* Whether a send's bytes are contiguous in the user's buffer, and where
+ * they start (`*start`) if so. */
+static inline __attribute__((always_inline)) bool send_contiguous(struct opal_convertor_t *convertor,
+                                                                 void **start)
 {
     if (NULL != convertor->pDesc && !(convertor->flags & SEND_BUFFER_SLOW_FLAGS)
         && opal_datatype_is_contiguous_memory_layout(convertor->pDesc, convertor->count)) {
@@ -130,11 +132,41 @@ static inline __attribute__((always_inline)) int send_buffer(struct opal_convert
         if (convertor->flags & CONVERTOR_SEND) {
             *start = convertor->pBaseBuf + convertor->pDesc->true_lb;
         }
-        *length = convertor->local_size;
-        *free_after = false;
-        return OMPI_SUCCESS;
+        return true;
     }
-    return ompi_mtl_datatype_pack(convertor, start, length, free_after);
+    return false;
+}
+
+/* start_send for a send whose bytes are not contiguous in the user's
+ * buffer: ompi_mtl_datatype_pack finds them (packs a copy, or stages a
+ * device buffer), then the send starts as start_send's does. Out of
+ * line, so that the common send keeps no value in memory across a call
+ * before rustofi_isend, and its locals are not ones whose addresses
+ * pack takes. */
+static __attribute__((noinline)) int start_send_packed(size_t peer, uint32_t cid, int rank,
+                                                       int tag, bool sync,
+                                                       struct opal_convertor_t *convertor,
+                                                       RustofiReqHead *head)
+{
+    void *start = NULL;
+    size_t length = 0;
+    bool free_after = false;
+    int ret = ompi_mtl_datatype_pack(convertor, &start, &length, &free_after);
+    if (OMPI_SUCCESS != ret) {
+        return ret;
+    }
+    head->convertor = convertor;
+    head->buffer = start;
+    head->length = length;
+    head->free_after = free_after;
+    int rc = rustofi_isend(peer, cid, rank, tag, sync, head);
+    if (OPAL_UNLIKELY(rc < 0)) {
+        if (free_after) {
+            drop_bounce(head);
+        }
+        return OMPI_ERROR;
+    }
+    return rc;
 }
 
 /* Starts a send. Returns rustofi_isend's answer, 0 (started) or
@@ -144,9 +176,6 @@ static inline __attribute__((always_inline)) int
 start_send(struct ompi_communicator_t *comm, int dest, int tag, struct opal_convertor_t *convertor,
            mca_pml_base_send_mode_t mode, RustofiReqHead *head)
 {
-    void *start = NULL;
-    size_t length = 0;
-    bool free_after = false;
     size_t peer = peer_of(comm, dest);
     if (0 == peer) {
         return OMPI_ERR_UNREACH;
@@ -156,23 +185,18 @@ start_send(struct ompi_communicator_t *comm, int dest, int tag, struct opal_conv
     if (OMPI_SUCCESS != ret) {
         return ret;
     }
-    ret = send_buffer(convertor, &start, &length, &free_after);
-    if (OMPI_SUCCESS != ret) {
-        return ret;
+    bool sync = MCA_PML_BASE_SEND_SYNCHRONOUS == mode;
+    void *start = NULL;
+    if (OPAL_UNLIKELY(!send_contiguous(convertor, &start))) {
+        return start_send_packed(peer, cid, comm->c_my_rank, tag, sync, convertor, head);
     }
     head->convertor = convertor;
     head->buffer = start;
-    head->length = length;
-    head->free_after = free_after;
-    int rc = rustofi_isend(peer, cid, comm->c_my_rank, tag, MCA_PML_BASE_SEND_SYNCHRONOUS == mode,
-                           head);
-    if (OPAL_UNLIKELY(rc < 0)) {
-        if (free_after) {
-            drop_bounce(head);
-        }
-        return OMPI_ERROR;
-    }
-    return rc;
+    head->length = convertor->local_size;
+    head->free_after = false;
+    int rc = rustofi_isend(peer, cid, comm->c_my_rank, tag, sync, head);
+    /* Nothing to release: the user's own buffer. */
+    return OPAL_UNLIKELY(rc < 0) ? OMPI_ERROR : rc;
 }
 
 _Static_assert(OMPI_SUCCESS == 0 && RUSTOFI_SEND_COMPLETE > 0 && RUSTOFI_SEND_FLUSHED > 0,
