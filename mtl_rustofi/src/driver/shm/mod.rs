@@ -671,7 +671,10 @@ impl ShmRail {
     /// itself: once it was written to), which the core then adds
     /// (`engine::peers::add_peer`): there is no ring of a peer the core
     /// does not want polled, and without peers there is nothing to read.
-    #[inline]
+    /// Inlined always, so that the one frame between the caller and the
+    /// arrival is the rings' read ([`Inbound::poll`]): this one around it
+    /// cost 13 instructions per arrival.
+    #[inline(always)]
     pub(crate) fn poll(&mut self, rail: RailId, core: &mut Core, out: &mut Out) -> usize {
         let total = self.inbound.poll(rail, core, out);
         if total > 0 {
