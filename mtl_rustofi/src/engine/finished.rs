@@ -19,11 +19,17 @@ use std::mem::MaybeUninit;
 const INLINE: usize = 64;
 
 pub(crate) struct Finished {
+    /// How many finished requests it holds: the first `INLINE` in
+    /// `first`, any beyond them in `more`.
     n: usize,
-    /// Written below `n`; left unwritten above it, so that making an empty
-    /// list (every entry call does) stores nothing but `n` and `more`.
+    /// Written below `n` (all of them once `n >= INLINE`); left unwritten
+    /// above it, so that making an empty list (every entry call does)
+    /// stores nothing but `n`.
     first: [MaybeUninit<Completion>; INLINE],
-    more: Vec<Completion>,
+    /// Initialised while `n > INLINE` (and only then): a list that never
+    /// overflows its inline slots, as nearly every one, neither makes nor
+    /// drops a vector.
+    more: MaybeUninit<Vec<Completion>>,
 }
 
 impl Finished {
@@ -32,7 +38,7 @@ impl Finished {
         Finished {
             n: 0,
             first: [const { MaybeUninit::uninit() }; INLINE],
-            more: Vec::new(),
+            more: MaybeUninit::uninit(),
         }
     }
 
@@ -61,16 +67,27 @@ impl Finished {
     #[inline(never)]
     fn take_many(&mut self, events: &[Completion]) {
         let n = self.n;
-        let k = events.len().min(INLINE - n);
-        for (slot, &e) in self.first[n..n + k].iter_mut().zip(&events[..k]) {
+        let from = n.min(INLINE);
+        let k = events.len().min(INLINE - from);
+        for (slot, &e) in self.first[from..from + k].iter_mut().zip(&events[..k]) {
             slot.write(e);
         }
-        self.n = n + k;
-        self.more.extend_from_slice(&events[k..]);
+        let rest = &events[k..];
+        if !rest.is_empty() {
+            if n > INLINE {
+                // SAFETY: `more` is initialised while `n > INLINE`.
+                unsafe { self.more.assume_init_mut() }.extend_from_slice(rest);
+            } else {
+                // Not initialised yet (`n <= INLINE`): nothing to leak.
+                self.more.write(rest.to_vec());
+            }
+        }
+        // Raised only now, once `more` holds what `n` says (a failed
+        // allocation leaves the list as it was).
+        self.n = n + events.len();
     }
 
-    /// Whether nothing finished (`more` is used only once the inline
-    /// slots are full).
+    /// Whether nothing finished.
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.n == 0
@@ -96,13 +113,31 @@ impl Finished {
     #[inline]
     pub(crate) fn deliver(&mut self, mut f: impl FnMut(Completion)) {
         let n = std::mem::take(&mut self.n);
-        for c in &self.first[..n] {
-            // SAFETY: `take_from` wrote every slot below `n` before raising it,
-            // and nothing else lowers `n` but this `take`.
+        for c in &self.first[..n.min(INLINE)] {
+            // SAFETY: `take_from` wrote every slot below `n` (all of them
+            // if `n >= INLINE`) before raising it, and nothing else lowers
+            // `n` but this `take`.
             f(unsafe { c.assume_init() });
         }
-        if !self.more.is_empty() {
-            self.more.drain(..).for_each(f);
+        if n > INLINE {
+            // SAFETY: `more` is initialised while `n > INLINE`; `n` is 0 now,
+            // so that it is taken out once (and not dropped again).
+            let more = unsafe { self.more.assume_init_read() };
+            more.into_iter().for_each(f);
+        }
+    }
+}
+
+impl Drop for Finished {
+    /// Frees `more` if it is initialised. Inlined where a list ends: after
+    /// a test that found it empty, or the single completion taken out,
+    /// the compiler knows `n` and drops nothing.
+    #[inline]
+    fn drop(&mut self) {
+        if self.n > INLINE {
+            // SAFETY: `more` is initialised while `n > INLINE`, and this is
+            // the last use of `self`.
+            unsafe { self.more.assume_init_drop() };
         }
     }
 }
@@ -137,5 +172,48 @@ mod tests {
         assert_eq!(got, (0..=beyond).collect::<Vec<_>>());
         assert!(f.is_empty());
         f.deliver(|_| panic!("delivered twice"));
+    }
+
+    fn sends(from: usize, to: usize) -> Vec<Completion> {
+        (from..to)
+            .map(|i| Completion::Send {
+                req: ReqId(i),
+                status: Status::Ok,
+            })
+            .collect()
+    }
+
+    fn reqs(f: &mut Finished) -> Vec<usize> {
+        let mut got = Vec::new();
+        f.deliver(|c| match c {
+            Completion::Send { req, .. } | Completion::Cancelled { req } => got.push(req.0),
+            Completion::Recv { req, .. } => got.push(req.0),
+        });
+        got
+    }
+
+    #[test]
+    fn overflows_when_the_inline_slots_are_exactly_full_and_drops_what_it_holds() {
+        let mut f = Finished::new();
+        // One at a time up to the last inline slot, then a burst that
+        // fills it exactly, then one more each way: the vector is made
+        // only by the first beyond the slots, then extended.
+        for i in 0..INLINE - 2 {
+            f.take_from(&mut sends(i, i + 1));
+        }
+        f.take_from(&mut sends(INLINE - 2, INLINE));
+        f.take_from(&mut sends(INLINE, INLINE + 1));
+        f.take_from(&mut sends(INLINE + 1, INLINE + 3));
+        f.take_from(&mut sends(INLINE + 3, INLINE + 4));
+        assert_eq!(reqs(&mut f), (0..INLINE + 4).collect::<Vec<_>>());
+        // Used again after a delivery, and dropped while it holds a
+        // vector: freed once, never delivered.
+        f.take_from(&mut sends(0, INLINE + 5));
+        assert!(!f.is_empty());
+        drop(f);
+        let mut f = Finished::new();
+        f.take_from(&mut sends(7, 8));
+        assert_eq!(f.take_only_one().map(|_| ()), Some(()));
+        assert!(f.is_empty() && reqs(&mut f).is_empty());
     }
 }
