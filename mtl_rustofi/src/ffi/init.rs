@@ -354,7 +354,7 @@ fn install(mut engine: Engine, cfg: &RustofiConfig, cb: RustofiCallbacks) -> c_i
     crate::pvars::publish(engine.stats().clone());
     let comp = Box::new(Component {
         engine,
-        cb,
+        cb: cb.into(),
         rank: cfg.rank,
     });
     let old = COMPONENT.swap(Box::into_raw(comp), Ordering::AcqRel);
