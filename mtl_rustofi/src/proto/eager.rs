@@ -204,9 +204,16 @@ impl Core {
         let len = s.buf.len();
         let p = &mut self.peers[s.peer.index()];
         let r = &self.rails[p.rail.index()];
-        if !(r.profile.inline
-            && wire::BASE_LEN + len <= r.profile.inject_size
-            && len <= p.eager_limit
+        // `inline_below`: the rail's `inline`, `BASE_LEN + len <=
+        // inject_size` and `len <= p.eager_limit` in one.
+        debug_assert!(
+            len >= u32::MAX as usize
+                || (len < p.inline_below as usize)
+                    == (r.profile.inline
+                        && wire::BASE_LEN + len <= r.profile.inject_size
+                        && len <= p.eager_limit)
+        );
+        if !(len < p.inline_below as usize
             && !p.lost
             && p.inflight == 0
             && p.bundle.is_none()

@@ -38,6 +38,14 @@ pub(super) struct Peer {
     pub(super) bundle: Option<Bundle>,
     /// Never send an eager packet larger than the peer's buffers.
     pub(super) eager_limit: usize,
+    /// One more than the largest payload that may go inline at once
+    /// ([`Core::inline_at_once`]), 0 if none may: its rail's `inline` and
+    /// `inject_size` and `eager_limit`, which never change once the peer
+    /// is added, folded into one compare for every send. A `u32`, so that
+    /// it fits the struct's padding: a larger size made every index into
+    /// the peers cost an instruction more. At most `u32::MAX` (a payload
+    /// of 4 GiB or more takes the general path, which sends it as well).
+    pub(super) inline_below: u32,
     pub(super) tx_seq: u32,
     pub(super) order: Reorder<Held>,
     /// Nothing more can be exchanged with it (a packet to it failed for
@@ -80,6 +88,14 @@ impl Core {
             // A stripe rail is never a peer's own rail.
             RailKind::Stripe => {}
         }
+        let eager_limit = r.profile.eager_limit.min(max_eager);
+        // `BASE_LEN + len <= inject_size && len <= eager_limit`, as a bound.
+        let inline_below = match r.profile.inject_size.checked_sub(wire::BASE_LEN) {
+            Some(room) if r.profile.inline => {
+                u32::try_from(room.min(eager_limit) + 1).unwrap_or(u32::MAX)
+            }
+            _ => 0,
+        };
         self.peers.push(Peer {
             rail,
             addr,
@@ -87,7 +103,8 @@ impl Core {
             inflight: 0,
             tx_bytes: 0,
             bundle: None,
-            eager_limit: r.profile.eager_limit.min(max_eager),
+            eager_limit,
+            inline_below,
             tx_seq: 0,
             order: Reorder::new(),
             lost: false,
