@@ -27,9 +27,10 @@
 //! Posted side:
 //!
 //! * fully specific receives (rank and tag given) live in bins keyed by
-//!   `(ctx, src, tag)`; each bin is a queue in posting order (its first
-//!   receive held inline, as most bins hold none or one: [`head`]), so the
-//!   head of a bin is the earliest posted receive for that exact envelope;
+//!   `(ctx, src, tag)`; each bin is a queue in posting order (a lone
+//!   receive held inline, as most bins hold none or one, more in a ring:
+//!   [`head`]), so the head of a bin is the earliest posted receive for
+//!   that exact envelope;
 //! * wildcard receives (`Source::Any` and/or `Tag::Any`) live in one
 //!   `BTreeMap<seq, entry>` per context, in posting order; knowing which
 //!   contexts hold any ([`wild`]) lets an arrival in a context without

@@ -15,8 +15,8 @@
 
 use std::collections::VecDeque;
 
-/// A FIFO queue whose first entry is held inline; see the module
-/// documentation.
+/// A FIFO queue that holds a lone entry inline and more of them in a
+/// ring, never both; see the module documentation.
 pub(super) struct HeadQueue<T> {
     head: Option<T>,
     rest: VecDeque<T>,

@@ -61,8 +61,9 @@ pub(crate) enum Sent {
 
 /// A small eager send that the driver copies at post (what
 /// [`Action::SendInline`] carries), given straight back to the caller of
-/// a send ([`Core::send_at_once`]) rather than queued: the engine writes
-/// it into the ring on the spot, and the send is complete for MPI once the driver took it
+/// a send ([`Core::send_at_once`], or [`Core::send_or_defer`] as
+/// [`Sent::Inline`]) rather than queued: the engine writes it into the
+/// ring on the spot, and the send is complete for MPI once the driver took it
 /// (a refused one goes back to [`Core::on_inline_refused`], which copies
 /// it into a bounce buffer, and completes as a copied send does).
 /// Neither `Copy` nor `Clone`: each one is executed exactly once.
