@@ -121,6 +121,18 @@ void cb_cancel_complete(RustofiReqHead *head)
 #    define SEND_BUFFER_SLOW_FLAGS CONVERTOR_COMPLETED
 #endif
 
+/* The request head's view of an operation's bytes: where they are, how
+ * many, and whether they are the shim's copy (freed at completion). */
+static inline __attribute__((always_inline)) void
+set_head_bytes(RustofiReqHead *head, struct opal_convertor_t *convertor, void *start,
+               size_t length, bool free_after)
+{
+    head->convertor = convertor;
+    head->buffer = start;
+    head->length = length;
+    head->free_after = free_after;
+}
+
 /* Whether a send's bytes are contiguous in the user's buffer, and where
  * they start (`*start`) if so. */
 static inline __attribute__((always_inline)) bool send_contiguous(struct opal_convertor_t *convertor,
@@ -155,10 +167,7 @@ static __attribute__((noinline)) int start_send_packed(size_t peer, uint32_t cid
     if (OMPI_SUCCESS != ret) {
         return ret;
     }
-    head->convertor = convertor;
-    head->buffer = start;
-    head->length = length;
-    head->free_after = free_after;
+    set_head_bytes(head, convertor, start, length, free_after);
     int rc = rustofi_isend(peer, cid, rank, tag, sync, head);
     if (OPAL_UNLIKELY(rc < 0)) {
         if (free_after) {
@@ -190,10 +199,7 @@ start_send(struct ompi_communicator_t *comm, int dest, int tag, struct opal_conv
     if (OPAL_UNLIKELY(!send_contiguous(convertor, &start))) {
         return start_send_packed(peer, cid, comm->c_my_rank, tag, sync, convertor, head);
     }
-    head->convertor = convertor;
-    head->buffer = start;
-    head->length = convertor->local_size;
-    head->free_after = false;
+    set_head_bytes(head, convertor, start, convertor->local_size, false);
     int rc = rustofi_isend(peer, cid, comm->c_my_rank, tag, sync, head);
     /* Nothing to release: the user's own buffer. */
     return OPAL_UNLIKELY(rc < 0) ? OMPI_ERROR : rc;
@@ -291,10 +297,7 @@ static inline __attribute__((always_inline)) int prepare_recv(struct opal_conver
         /* Open MPI 4.1 does not check the bounce buffer's allocation. */
         return OMPI_ERR_OUT_OF_RESOURCE;
     }
-    head->convertor = convertor;
-    head->buffer = start;
-    head->length = length;
-    head->free_after = free_after;
+    set_head_bytes(head, convertor, start, length, free_after);
     return OMPI_SUCCESS;
 }
 
