@@ -3,7 +3,10 @@
 # loadable Open MPI component mca_mtl_rustofi.so, against the Open MPI whose
 # mpicc is first on PATH.
 #   build/link.sh <libmtl_rustofi.a> <output.so>
+#   LINK_CC      the compiler driver that links (default cc; scripts/build
+#                names the clang of its cross-language LTO)
 #   LINK_FLAGS   extra flags for the link (tests/asan.sh: -fsanitize=address)
+#   LINK_CHECK_FLAGS  extra flags for the 5.x symbol check's link only
 # The component is linked -z nodelete: Open MPI's memory hooks call our
 # release callback without holding their lock, so a thread may still be
 # inside it after finalize unregistered it and Open MPI dlclose()d the
@@ -22,7 +25,7 @@ link() { # output, Open MPI libraries and flags...
   local o=$1
   shift
   # shellcheck disable=SC2086
-  cc -shared ${LINK_FLAGS:-} -o "$o" \
+  ${LINK_CC:-cc} -shared ${LINK_FLAGS:-} -o "$o" \
     -Wl,--version-script="$here/../config/exports.map" \
     -Wl,-u,mca_mtl_rustofi_component \
     -Wl,--gc-sections \
@@ -40,7 +43,8 @@ if [ "${major:-4}" -ge 5 ]; then
   # has libmpi.so.40 and libpmix.so.2 too, so in a 4.1 process this build
   # still loads (its Open MPI symbols bind lazily to what is there) and can
   # refuse with its message instead of failing in the loader.
-  link "$tmp.check" -Wl,-z,defs -lmpi -lopen-pal -lpmix
+  # shellcheck disable=SC2086
+  link "$tmp.check" ${LINK_CHECK_FLAGS:-} -Wl,-z,defs -lmpi -lopen-pal -lpmix
   link "$tmp" -lmpi -Wl,-rpath,"$ompi_libdir"
 else
   link "$tmp" -Wl,-z,defs -lmpi -lopen-pal -lopen-rte

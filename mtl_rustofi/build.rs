@@ -88,6 +88,12 @@ fn main() {
             .opt_level(2)
             .flag("-fPIC")
             .flag("-mcx16")
+            // Open MPI's inline helpers compute a buffer as its base plus
+            // an offset, and the base of MPI_BOTTOM is NULL: the compiler
+            // must not take such a pointer for NULL (clang, above all in
+            // the cross-language LTO of scripts/build, otherwise folds the
+            // test `base + offset == NULL` to `base == NULL`).
+            .flag("-fno-delete-null-pointer-checks")
             .flag("-Wall")
             .flag("-Wno-unused-parameter")
             .compile("rustofi_shim");

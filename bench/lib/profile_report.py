@@ -57,6 +57,10 @@ class Prof:
         self.calls = defaultdict(int)     # (ob, fn) -> times called
         self.arcs = defaultdict(lambda: [0, 0])  # (caller, callee) -> [calls, inclusive Ir]
         self.files = {}                   # (ob, fn) -> source file of the function
+        # (ob, fn) -> Ir of its own instructions that come from the C shim's
+        # files: a function of one library holds code of both where the
+        # build inlines across them (scripts/build, RUSTOFI_LTO)
+        self.shim_self = defaultdict(int)
 
     def incl(self, key):
         return self.self_[key] + self.callcost[key]
@@ -64,7 +68,7 @@ class Prof:
     def combine(self, other, sign):
         r = Prof()
         r.total = self.total + sign * other.total
-        for name in ("self_", "callcost", "calls"):
+        for name in ("self_", "callcost", "calls", "shim_self"):
             a, b, c = getattr(self, name), getattr(other, name), getattr(r, name)
             for k in set(a) | set(b):
                 c[k] = a.get(k, 0) + sign * b.get(k, 0)
@@ -88,6 +92,7 @@ def parse(path):
                "cfl": "fl", "fn": "fn", "cfn": "fn"}
     npos = 1
     ob = fl = fn = None
+    src = None  # the source file of the next cost lines (fl, or fi= / fe= inside a function)
     cob = cfn = None
     pending = None  # (callee, count): the next cost line is that call's inclusive cost
     summary = None
@@ -122,6 +127,8 @@ def parse(path):
                     pending = None
                 else:
                     p.self_[key] += ir
+                    if is_shim_file(src):
+                        p.shim_self[key] += ir
                 continue
             m = re.match(r"(\w+)=(.*)", line)
             if m:
@@ -135,9 +142,12 @@ def parse(path):
                     if tag == "ob":
                         ob = v
                     elif tag == "fl":
-                        fl = v
+                        fl = src = v
+                    elif tag in ("fi", "fe"):
+                        src = v
                     elif tag == "fn":
                         fn = v
+                        src = fl
                         cob = None
                         p.files.setdefault((ob, fn), fl)
                     elif tag == "cob":
@@ -151,6 +161,13 @@ def parse(path):
                 summary = int(line.split()[1])
     p.total = summary if summary is not None else sum(p.self_.values())
     return p
+
+
+def is_shim_file(f):
+    """Code of the C shim: its files and the Open MPI headers' inline
+    functions it compiles in; everything from a Rust source (ours, the
+    standard library's, the crates') is the engine's."""
+    return not (f or "").endswith(".rs")
 
 
 def obshort(ob):
@@ -423,10 +440,13 @@ def main():
             for k, v in fnet.items():
                 grp[group(k[0])] += v
                 if obshort(k[0]).startswith("mca_mtl_rustofi"):
-                    f = d.files.get(k) or ""
-                    # the C shim's files: shim/rustofi_*.c and .h
-                    shim = os.path.basename(f).startswith("rustofi_") and f.endswith((".c", ".h"))
-                    sub["shim" if shim else "engine"] += v
+                    # by the source file of each instruction (a function
+                    # may hold inlined code of the other side), in the
+                    # proportion of the round trips' own counts
+                    own = d.self_.get(k, 0)
+                    share = d.shim_self.get(k, 0) / own if own else 0.0
+                    sub["shim"] += v * share
+                    sub["engine"] += v * (1.0 - share)
             res["fnet"], res["groups"], res["rustofi_split"] = fnet, grp, sub
             c = load(find(cfg, size, 3 * n))
             if c is not None:  # linearity: a 3N run of the same configuration and size

@@ -25,18 +25,28 @@ static void drop_bounce(RustofiReqHead *head)
 }
 
 /* A receive through a bounce buffer, complete: unpacks it into the user's
- * datatype and frees it. Out of line, so that the common completion (into
- * the user's buffer) is a leaf that saves no registers and ends in a tail
- * call. */
-static __attribute__((noinline)) void unpack_bounce(RustofiReqHead *head, size_t bytes)
+ * datatype, frees it and hands the request to Open MPI. Out of line, and
+ * ending in the same tail call as the common completion (into the user's
+ * buffer), so that that one is a leaf under either compiler: it saves no
+ * registers and sets up no frame. */
+static __attribute__((noinline)) void complete_bounced(mca_mtl_request_t *req,
+                                                       RustofiReqHead *head, size_t bytes)
 {
     if (0 == bytes) {
         drop_bounce(head);
-        return;
+    } else {
+        /* unpacks into the user's datatype and frees the buffer */
+        ompi_mtl_datatype_unpack((struct opal_convertor_t *) head->convertor, head->buffer,
+                                 bytes);
+        forget_bounce(head);
     }
-    /* unpacks into the user's datatype and frees the buffer */
-    ompi_mtl_datatype_unpack((struct opal_convertor_t *) head->convertor, head->buffer, bytes);
-    forget_bounce(head);
+    req->completion_callback(req);
+}
+
+/* The MPI error of a receive that did not complete with STATUS_OK. */
+static inline int recv_error(int status)
+{
+    return STATUS_TRUNCATED == status ? MPI_ERR_TRUNCATE : MPI_ERR_OTHER;
 }
 
 void cb_recv_complete(RustofiReqHead *head, int32_t src, int32_t tag, size_t bytes,
@@ -47,10 +57,10 @@ void cb_recv_complete(RustofiReqHead *head, int32_t src, int32_t tag, size_t byt
     st->MPI_SOURCE = src;
     st->MPI_TAG = tag;
     st->_ucount = bytes;
-    st->MPI_ERROR = STATUS_OK == status ? OMPI_SUCCESS
-                  : STATUS_TRUNCATED == status ? MPI_ERR_TRUNCATE : MPI_ERR_OTHER;
+    st->MPI_ERROR = OPAL_LIKELY(STATUS_OK == status) ? OMPI_SUCCESS : recv_error(status);
     if (OPAL_UNLIKELY(head->free_after)) {
-        unpack_bounce(head, bytes);
+        complete_bounced(req, head, bytes);
+        return;
     }
     req->completion_callback(req);
 }
@@ -69,7 +79,7 @@ static inline __attribute__((always_inline)) void send_done(RustofiReqHead *head
 }
 
 /* The completion of a send whose bytes were packed into a copy (a type with
- * gaps): frees the copy first. Out of line, as unpack_bounce is. */
+ * gaps): frees the copy first. Out of line, as complete_bounced is. */
 static __attribute__((noinline)) void send_done_bounced(RustofiReqHead *head, int status)
 {
     drop_bounce(head);
@@ -200,7 +210,8 @@ start_send(struct ompi_communicator_t *comm, int dest, int tag, struct opal_conv
         return start_send_packed(peer, cid, comm->c_my_rank, tag, sync, convertor, head);
     }
     set_head_bytes(head, convertor, start, convertor->local_size, false);
-    int rc = rustofi_isend(peer, cid, comm->c_my_rank, tag, sync, head);
+    int rc;
+    RUSTOFI_INLINE_CALL rc = rustofi_isend(peer, cid, comm->c_my_rank, tag, sync, head);
     /* Nothing to release: the user's own buffer. */
     return OPAL_UNLIKELY(rc < 0) ? OMPI_ERROR : rc;
 }
@@ -293,8 +304,10 @@ static inline __attribute__((always_inline)) int prepare_recv(struct opal_conver
     if (OMPI_SUCCESS != ret) {
         return ret;
     }
-    if (OPAL_UNLIKELY(NULL == start && length > 0)) {
-        /* Open MPI 4.1 does not check the bounce buffer's allocation. */
+    if (OPAL_UNLIKELY(free_after && NULL == start)) {
+        /* Open MPI 4.1 does not check the bounce buffer's allocation. (A
+         * user's buffer may start at address 0 plus an offset: MPI_BOTTOM
+         * with absolute addresses.) */
         return OMPI_ERR_OUT_OF_RESOURCE;
     }
     set_head_bytes(head, convertor, start, length, free_after);
@@ -344,7 +357,7 @@ int rustofi_mtl_irecv(struct mca_mtl_base_module_t *mtl, struct ompi_communicato
     if (OPAL_LIKELY(!head->free_after)) {
         /* Into the user's buffer: nothing to release if the post fails,
          * so its answer is ours, by a tail call. */
-        return rustofi_irecv(recv_cid(comm), src, peer, tag, head);
+        RUSTOFI_INLINE_CALL return rustofi_irecv(recv_cid(comm), src, peer, tag, head);
     }
     return irecv_bounced(comm, src, peer, tag, head);
 }

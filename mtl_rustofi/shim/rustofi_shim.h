@@ -62,6 +62,18 @@
 extern long rustofi_param_verbose;
 extern long rustofi_param_peer_timeout;
 
+/* Prefixes a statement whose call into the Rust library is to be inlined
+ * when the build optimises the shim and the library together
+ * (scripts/build, RUSTOFI_LTO): the per-message send and receive post,
+ * whose Rust bodies are otherwise too large for the inliner to take. A
+ * call-site attribute of clang's; nothing under other compilers, which
+ * build without that optimisation. */
+#if defined(__clang__) && __clang_major__ >= 15
+#define RUSTOFI_INLINE_CALL [[clang::always_inline]]
+#else
+#define RUSTOFI_INLINE_CALL
+#endif
+
 #if OMPI_MAJOR_VERSION >= 5
 /* Context id of the messages that exchange communicator indexes (see
  * rustofi_excid.c); communicators use the ids below it. */

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# What the cross-language link-time optimisation of scripts/build
+# (RUSTOFI_LTO) must give, read from the built component:
+#   - the shim's per-message entry points hold the Rust send and receive
+#     post inline: rustofi_send and rustofi_mtl_irecv make no call (nor tail
+#     call) to rustofi_isend / rustofi_irecv (the instruction counts of
+#     docs/performance.md depend on it);
+#   - the unwind entries of those two functions carry a language-specific
+#     data area: the landing pads of the unwind guard that the Rust code
+#     brought with it (ffi::guard, catch_unwind), without which a panic in
+#     the engine would unwind into Open MPI instead of being reported;
+#   - the plain build (RUSTOFI_LTO=off) still makes the calls, so that the
+#     check above tells one build from the other.
+#   tests/lto_build.sh [component.so]   (default target/mca/mca_mtl_rustofi.so)
+# Fails when the component was built without LTO: run it where scripts/build
+# reported "link-time optimisation".
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+so=${1:-$ROOT/target/mca/mca_mtl_rustofi.so}
+[ -f "$so" ] || { echo "lto_build: no $so (scripts/build)" >&2; exit 1; }
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+
+dis=$(mktemp)
+trap 'rm -f "$dis"' EXIT
+objdump -d --no-show-raw-insn "$so" >"$dis"
+body() { awk -v f="<$1>:" '$2 == f {on = 1; next} on && /^$/ {exit} on' "$dis"; }
+for pair in rustofi_send:rustofi_isend rustofi_mtl_irecv:rustofi_irecv; do
+  caller=${pair%%:*} callee=${pair#*:}
+  n=$(body "$caller" | wc -l)
+  [ "$n" -gt 0 ] || { fail "$caller not found in $so"; continue; }
+  if body "$caller" | grep -Eq "(call|jmp) +[0-9a-f]+ <$callee>"; then
+    fail "$caller calls $callee: not inlined (was the component built with LTO?)"
+  else
+    echo "ok   $caller holds $callee inline ($n instructions)"
+  fi
+done
+
+# The FDE that covers each function, and whether it has augmentation data
+# (the LSDA pointer; its CIE names the personality routine).
+frames=$(readelf --debug-dump=frames "$so" 2>/dev/null)
+for f in rustofi_send rustofi_mtl_irecv; do
+  addr=$(nm "$so" | awk -v f="$f" '$3 == f {print $1}')
+  [ -n "$addr" ] || { fail "no symbol $f"; continue; }
+  fde=$(python3 -c '
+import re, sys
+a = int(sys.argv[1], 16)
+on = False
+for line in sys.stdin:
+    m = re.search(r" FDE .*pc=([0-9a-f]+)\.\.([0-9a-f]+)", line)
+    if m:
+        on = int(m.group(1), 16) <= a < int(m.group(2), 16)
+    elif on and "Augmentation data:" in line:
+        print("lsda"); break
+    elif on and "DW_CFA" in line:
+        print("none"); break
+' "$addr" <<<"$frames")
+  if [ "$fde" = lsda ]; then
+    echo "ok   $f: its unwind entry carries landing pads (LSDA)"
+  else
+    fail "$f: unwind entry ${fde:-missing}, without a language-specific data area"
+  fi
+done
+
+# The plain build, for contrast: the same check must find the calls.
+plain=$ROOT/target/lto-check-plain
+if [ "${LTO_CHECK_PLAIN:-1}" = 1 ]; then
+  CARGO_TARGET_DIR=$ROOT/target cargo build -q --release -p mtl_rustofi --manifest-path "$ROOT/Cargo.toml"
+  "$ROOT/build/link.sh" "$ROOT/target/release/libmtl_rustofi.a" "$plain/mca_mtl_rustofi.so"
+  objdump -d --no-show-raw-insn "$plain/mca_mtl_rustofi.so" >"$dis"
+  if body rustofi_send | grep -Eq "call +[0-9a-f]+ <rustofi_isend>"; then
+    echo "ok   the plain build's rustofi_send calls rustofi_isend"
+  else
+    fail "the plain build's rustofi_send makes no call to rustofi_isend: the check cannot tell the builds apart"
+  fi
+fi
+[ $failed -eq 0 ] && echo "lto_build: all checks passed"
+exit $failed
