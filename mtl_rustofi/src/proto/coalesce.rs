@@ -10,6 +10,7 @@ use super::action::Out;
 use super::eager::{put_eager, SendArgs};
 use super::held::Carried;
 use super::ids::{PeerId, ReqId};
+use super::tick_work::TickWork;
 use super::txbuf::TxBuf;
 use super::txq::AfterSend;
 use super::{Core, Stats};
@@ -73,6 +74,7 @@ impl Core {
         // list holds at most this peer (listed once).
         if !self.open_bundles.contains(&s.peer) {
             self.open_bundles.push(s.peer);
+            self.work.set(TickWork::BUNDLES, true);
         }
         true
     }
@@ -107,12 +109,14 @@ impl Core {
     #[inline(never)]
     fn flush_open_bundles(&mut self, keep: Option<PeerId>, out: &mut Out) {
         let mut peers = std::mem::take(&mut self.open_bundles);
+        self.work.set(TickWork::BUNDLES, false);
         for &p in &peers {
             if Some(p) != keep {
                 self.flush_bundle(p, out);
             }
         }
         peers.retain(|&p| Some(p) == keep && self.peers[p.index()].bundle.is_some());
+        self.work.set(TickWork::BUNDLES, !peers.is_empty());
         self.open_bundles = peers;
     }
 }

@@ -27,6 +27,7 @@
 use super::action::{Event, Out, Status};
 use super::eager::SendArgs;
 use super::ids::PeerId;
+use super::tick_work::TickWork;
 use super::Core;
 use std::collections::VecDeque;
 
@@ -180,6 +181,7 @@ impl Core {
         f.deferred.push_back(s);
         if first {
             self.flow.waiting.push(s.peer);
+            self.work.set(TickWork::DEFERRED, true);
         }
     }
 
@@ -191,6 +193,7 @@ impl Core {
         }
         self.flow.draining = true;
         let waiting = std::mem::take(&mut self.flow.waiting);
+        self.work.set(TickWork::DEFERRED, false);
         for &peer in &waiting {
             loop {
                 let f = &mut self.flow.peers[peer.index()];
@@ -221,11 +224,14 @@ impl Core {
         waiting.retain(|p| self.flow.has_deferred(*p));
         // Sends deferred while draining (none: the drain takes them in
         // order) would have been listed anew; keep each peer once.
-        for p in std::mem::take(&mut self.flow.waiting) {
+        let deferred_meanwhile = std::mem::take(&mut self.flow.waiting);
+        self.work.set(TickWork::DEFERRED, false);
+        for p in deferred_meanwhile {
             if !waiting.contains(&p) {
                 waiting.push(p);
             }
         }
+        self.work.set(TickWork::DEFERRED, !waiting.is_empty());
         self.flow.waiting = waiting;
         self.flow.draining = false;
     }
@@ -248,6 +254,8 @@ impl Core {
         }
         self.fail_deferred(peer, out);
         self.flow.waiting.retain(|&p| p != peer);
+        self.work
+            .set(TickWork::DEFERRED, !self.flow.waiting.is_empty());
     }
 
     /// What flow control holds now.

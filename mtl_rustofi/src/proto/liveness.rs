@@ -36,6 +36,7 @@
 
 use super::action::{Action, Event, Out, Status};
 use super::ids::{Cookie, OpId, PeerId, ReqId, RndvId};
+use super::tick_work::TickWork;
 use super::txq::Op;
 use super::Core;
 use crate::matching::{PostId, Selector, Source, Tag};
@@ -407,7 +408,7 @@ impl Core {
         // peer's refusals never let it. A packet that only waits for a
         // credit (held by transfers to other peers) says nothing of its
         // peer and does not count.
-        if self.queued {
+        if self.queued() {
             for r in &self.rails {
                 for &id in &r.retry {
                     if let Some(Op::Packet(p)) = self.ops.get(id) {
@@ -480,7 +481,8 @@ impl Core {
             }
         }
         let left = self.rails.iter().any(|r| !r.retry.is_empty());
-        self.queued = left || self.rails.iter().any(|r| !r.rx_retry.is_empty());
+        let queued = left || self.rails.iter().any(|r| !r.rx_retry.is_empty());
+        self.work.set(TickWork::QUEUED, queued);
         self.stats
             .tx_queued
             .store(left, std::sync::atomic::Ordering::Relaxed);

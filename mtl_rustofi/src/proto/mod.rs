@@ -56,6 +56,7 @@ mod stall;
 mod stripe;
 #[cfg(test)]
 mod test_core;
+mod tick_work;
 mod txbuf;
 #[cfg(test)]
 mod txbuf_tests;
@@ -84,6 +85,7 @@ use rndv::{RecvRndv, SendRndv};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use tick_work::TickWork;
 use txbuf::{MrUse, TxBuf};
 use txq::Op;
 
@@ -329,9 +331,10 @@ pub(crate) struct Core {
     open_bundles: Vec<PeerId>,
     /// Bytes held for uncompleted sends, and sends waiting for room.
     flow: flow::Flow,
-    /// Some operation or receive buffer waits in a rail's retry queue
-    /// (lets a tick with nothing to do return at once).
-    queued: bool,
+    /// Which sources of a tick's work are non-empty, kept by their
+    /// writers (see the module `tick_work`): whether some operation or receive buffer
+    /// waits in a rail's retry queue is its `QUEUED` bit alone.
+    work: TickWork,
     /// Bounce buffers whose registration was released in the last batch of
     /// actions; freed at the next tick, after the driver executed it.
     retired: Vec<Box<[u8]>>,
@@ -398,7 +401,7 @@ impl Core {
             next_key: 1,
             open_bundles: Vec::new(),
             flow: flow::Flow::new(cfg.send_queue_limit, cfg.send_queue_total),
-            queued: false,
+            work: TickWork::default(),
             retired: Vec::new(),
             mr_cache: None,
             stats,
@@ -431,13 +434,35 @@ impl Core {
         r.peers > 0 || r.inflight > 0 || !r.retry.is_empty() || !r.rx_retry.is_empty()
     }
 
-    /// Whether a tick would do nothing.
+    /// Whether a tick would do nothing: one byte, kept by the writers of
+    /// what a tick looks at.
     #[inline]
     pub(crate) fn tick_is_empty(&self) -> bool {
-        !self.queued
-            && self.open_bundles.is_empty()
-            && self.retired.is_empty()
-            && !self.flow.any_waiting()
+        debug_assert_eq!(self.work, self.work_of_sources(), "tick work bits");
+        self.work.is_empty()
+    }
+
+    /// `work` as the sources of a tick's work give it.
+    fn work_of_sources(&self) -> TickWork {
+        TickWork::of(
+            self.queued(),
+            !self.open_bundles.is_empty(),
+            !self.retired.is_empty(),
+            self.flow.any_waiting(),
+        )
+    }
+
+    /// Whether the tick-work byte agrees with its sources (the simulator
+    /// checks it after every event).
+    #[cfg(test)]
+    pub(crate) fn tick_work_exact(&self) -> bool {
+        self.work == self.work_of_sources()
+    }
+
+    /// Some operation or receive buffer waits in a rail's retry queue.
+    #[inline]
+    fn queued(&self) -> bool {
+        self.work.has(TickWork::QUEUED)
     }
 
     /// Whether a progress round could do nothing but read packets from
@@ -465,6 +490,7 @@ impl Core {
         // has released their registrations since (ticks come between
         // batches).
         self.retired.clear();
+        self.work.set(TickWork::RETIRED, false);
         self.flush_bundles(None, out);
         self.run_retries(out);
         self.drain_deferred(out);

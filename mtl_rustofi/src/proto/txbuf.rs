@@ -7,6 +7,7 @@
 use super::action::{Access, Action, Out};
 use super::held::Carried;
 use super::ids::{Cookie, MrId, OpId, RailId, RndvId};
+use super::tick_work::TickWork;
 use super::txq::{Op, BUFFER_WAIT, REBUFFERS};
 use super::Core;
 use crate::usermem::Region;
@@ -117,6 +118,7 @@ impl Core {
             // The driver releases the registration before the next input,
             // when the memory is freed.
             self.retired.push(b.mem);
+            self.work.set(TickWork::RETIRED, true);
         }
     }
 

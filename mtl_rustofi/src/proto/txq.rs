@@ -11,6 +11,7 @@
 use super::action::{Action, Event, Out, PostError, Posted, Status};
 use super::held::Carried;
 use super::ids::{Cookie, MrId, OpId, PeerId, RailId, ReqId, RndvId, RxSlot};
+use super::tick_work::TickWork;
 use super::txbuf::TxBuf;
 use super::Core;
 use crate::usermem::{Region, UserBuf};
@@ -203,7 +204,7 @@ impl Core {
     /// Hands queued operations and receive posts to the driver while
     /// credits last.
     pub(super) fn run_retries(&mut self, out: &mut Out) {
-        if !self.queued {
+        if !self.queued() {
             return;
         }
         let mut left = false;
@@ -235,7 +236,7 @@ impl Core {
             r.awaiting_buffer &= !r.retry.is_empty();
             left |= !r.retry.is_empty();
         }
-        self.queued = left;
+        self.work.set(TickWork::QUEUED, left);
         self.stats.tx_queued.store(left, Relaxed);
     }
 
@@ -629,14 +630,14 @@ impl Core {
             "operation queued (credits or provider busy)"
         );
         self.rails[rail.index()].retry.push_back(id);
-        self.queued = true;
+        self.work.set(TickWork::QUEUED, true);
         self.stats.tx_queued.store(true, Relaxed);
     }
 
     /// Puts a receive buffer in its rail's queue of buffers to repost.
     fn requeue_rx(&mut self, rail: RailId, slot: RxSlot) {
         self.rails[rail.index()].rx_retry.push_back(slot);
-        self.queued = true;
+        self.work.set(TickWork::QUEUED, true);
     }
 
     /// Takes a transmit credit for a new operation; false if it must wait

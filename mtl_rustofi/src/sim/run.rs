@@ -55,6 +55,17 @@ impl World {
         }) && !self.waits_on_dead()
     }
 
+    /// Every core's tick-work byte agrees with what it stands for.
+    fn check_tick_work(&self) {
+        for (n, node) in self.nodes.iter().enumerate() {
+            if !node.core.tick_work_exact() {
+                self.fail(&format!(
+                    "node {n}: the tick-work byte disagrees with its sources"
+                ));
+            }
+        }
+    }
+
     /// Runs events until nothing but ticks is left and the cores are idle.
     fn settle(&mut self) {
         let mut idle_rounds = 0;
@@ -78,6 +89,7 @@ impl World {
                     self.live_tick(n);
                     self.repair_tick(n);
                 }
+                self.check_tick_work();
                 continue;
             }
             idle_rounds = 0;
@@ -89,6 +101,7 @@ impl World {
             if let Some(q) = self.defer_if_busy(q) {
                 self.handle(q);
             }
+            self.check_tick_work();
             if self.plan.stall.is_some() {
                 self.watch_flow();
             }
