@@ -90,9 +90,11 @@ fn main() {
             .flag("-mcx16")
             // Open MPI's inline helpers compute a buffer as its base plus
             // an offset, and the base of MPI_BOTTOM is NULL: the compiler
-            // must not take such a pointer for NULL (clang, above all in
-            // the cross-language LTO of scripts/build, otherwise folds the
-            // test `base + offset == NULL` to `base == NULL`).
+            // must not take such a pointer for NULL or its arithmetic for
+            // undefined (clang, above all in the cross-language LTO of
+            // scripts/build, folded a test `base + offset == NULL` to
+            // `base == NULL`, and the Rust code inlined into the shim
+            // receives such pointers).
             .flag("-fno-delete-null-pointer-checks")
             .flag("-Wall")
             .flag("-Wno-unused-parameter")

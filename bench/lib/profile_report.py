@@ -164,10 +164,15 @@ def parse(path):
 
 
 def is_shim_file(f):
-    """Code of the C shim: its files and the Open MPI headers' inline
-    functions it compiles in; everything from a Rust source (ours, the
-    standard library's, the crates') is the engine's."""
-    return not (f or "").endswith(".rs")
+    """Code of the C shim: its own files (shim/rustofi_*.c and .h) and the
+    inline functions of Open MPI's headers it compiles in. Everything else
+    in the component is the engine's: the Rust sources (ours, the standard
+    library's, the crates'), the generated libfabric wrappers and
+    libfabric's inline header functions."""
+    f = f or ""
+    b = os.path.basename(f)
+    return (b.startswith("rustofi_") and b.endswith((".c", ".h"))) or \
+        ("/openmpi" in f and f.endswith(".h"))
 
 
 def obshort(ob):
@@ -445,6 +450,7 @@ def main():
                     # proportion of the round trips' own counts
                     own = d.self_.get(k, 0)
                     share = d.shim_self.get(k, 0) / own if own else 0.0
+                    share = min(1.0, max(0.0, share))
                     sub["shim"] += v * share
                     sub["engine"] += v * (1.0 - share)
             res["fnet"], res["groups"], res["rustofi_split"] = fnet, grp, sub

@@ -163,7 +163,8 @@ static inline __attribute__((always_inline)) bool send_contiguous(struct opal_co
  * buffer: ompi_mtl_datatype_pack finds them (packs a copy, or stages a
  * device buffer), then the send starts as start_send's does. Out of
  * line, so that the common send keeps no value in memory across a call
- * before rustofi_isend, and its locals are not ones whose addresses
+ * before rustofi_isend (or the Rust send inlined in its place, with the
+ * link-time optimisation), and its locals are not ones whose addresses
  * pack takes. */
 static __attribute__((noinline)) int start_send_packed(size_t peer, uint32_t cid, int rank,
                                                        int tag, bool sync,
@@ -356,7 +357,8 @@ int rustofi_mtl_irecv(struct mca_mtl_base_module_t *mtl, struct ompi_communicato
     }
     if (OPAL_LIKELY(!head->free_after)) {
         /* Into the user's buffer: nothing to release if the post fails,
-         * so its answer is ours, by a tail call. */
+         * so its answer is ours (a tail call, or the Rust post inlined
+         * here with the link-time optimisation). */
         RUSTOFI_INLINE_CALL return rustofi_irecv(recv_cid(comm), src, peer, tag, head);
     }
     return irecv_bounced(comm, src, peer, tag, head);

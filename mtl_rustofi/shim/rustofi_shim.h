@@ -66,9 +66,10 @@ extern long rustofi_param_peer_timeout;
  * when the build optimises the shim and the library together
  * (scripts/build, RUSTOFI_LTO): the per-message send and receive post,
  * whose Rust bodies are otherwise too large for the inliner to take. A
- * call-site attribute of clang's; nothing under other compilers, which
- * build without that optimisation. */
-#if defined(__clang__) && __clang_major__ >= 15
+ * call-site attribute of clang's (in C from clang 17; without the
+ * optimisation it has nothing to inline); nothing under other compilers,
+ * which build without that optimisation. */
+#if defined(__clang__) && __clang_major__ >= 17
 #define RUSTOFI_INLINE_CALL [[clang::always_inline]]
 #else
 #define RUSTOFI_INLINE_CALL

@@ -395,6 +395,10 @@ pub fn core_packets(data: &[u8]) {
         }
         out.actions.clear();
         out.events.clear();
+        assert!(
+            core.tick_work_exact(),
+            "tick work bits disagree with their sources"
+        );
     }
     drop(core);
     drop(bufs);

@@ -438,25 +438,31 @@ impl Core {
     /// what a tick looks at.
     #[inline]
     pub(crate) fn tick_is_empty(&self) -> bool {
-        debug_assert_eq!(self.work, self.work_of_sources(), "tick work bits");
+        debug_assert!(self.tick_work_exact(), "tick work bits");
         self.work.is_empty()
     }
 
-    /// `work` as the sources of a tick's work give it.
-    fn work_of_sources(&self) -> TickWork {
-        TickWork::of(
-            self.queued(),
+    /// Whether the tick-work byte agrees with its sources: the bundles,
+    /// retired buffers and deferred sends exactly; the queued bit set
+    /// whenever a rail's retry queue holds something (it may stay set
+    /// with the queues empty until the next tick clears it, as an
+    /// aborted operation's removal leaves it). Checked by the simulator
+    /// after every event, by the fuzzer after every step, and by
+    /// `tick_is_empty` in builds with debug assertions.
+    pub(crate) fn tick_work_exact(&self) -> bool {
+        let mut others = self.work;
+        others.set(TickWork::QUEUED, false);
+        let want = TickWork::of(
+            false,
             !self.open_bundles.is_empty(),
             !self.retired.is_empty(),
             self.flow.any_waiting(),
-        )
-    }
-
-    /// Whether the tick-work byte agrees with its sources (the simulator
-    /// checks it after every event).
-    #[cfg(test)]
-    pub(crate) fn tick_work_exact(&self) -> bool {
-        self.work == self.work_of_sources()
+        );
+        let queued_now = self
+            .rails
+            .iter()
+            .any(|r| !r.retry.is_empty() || !r.rx_retry.is_empty());
+        others == want && (self.queued() || !queued_now)
     }
 
     /// Some operation or receive buffer waits in a rail's retry queue.

@@ -4,19 +4,21 @@
 //! rather than a load and a test per source.
 //!
 //! The sources and their writers (each updates its bit right after it
-//! writes, to what the source then holds):
-//! - [`TickWork::QUEUED`]: some operation or receive buffer waits in a
-//!   rail's retry queue; this bit is that flag itself (set by
-//!   `requeue`/`requeue_rx`, set to what is left by `run_retries` and
-//!   `drop_queued_packets_of`);
+//! writes):
+//! - [`TickWork::QUEUED`]: some operation or receive buffer may wait in a
+//!   rail's retry queue; this bit is that flag itself, set whenever one
+//!   is queued (`requeue`/`requeue_rx`) and set to what is left by
+//!   `run_retries` and `drop_queued_packets_of`; an aborted operation's
+//!   removal (`abort`) leaves it set for the next tick to clear;
 //! - [`TickWork::BUNDLES`]: `open_bundles` is not empty (`coalesce`);
-//! - [`TickWork::RETIRED`]: `retired` is not empty (`txbuf`, `tick_work`);
+//! - [`TickWork::RETIRED`]: `retired` is not empty (`txbuf`, and
+//!   `Core::tick_work` when it frees them);
 //! - [`TickWork::DEFERRED`]: the flow control's `waiting` is not empty
 //!   (`defer_send`, `drain_deferred`, `flow_peer_lost`).
 //!
-//! `tick_is_empty` checks, in builds with debug assertions, that the byte
-//! agrees with the sources themselves; the simulator checks it after every
-//! event.
+//! `Core::tick_work_exact` checks the byte against the sources themselves:
+//! the simulator after every event, the fuzzer after every step, and
+//! `tick_is_empty` in builds with debug assertions.
 
 /// The bits of the sources of a tick's work that are non-empty.
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
