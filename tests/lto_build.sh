@@ -30,12 +30,14 @@ dis=$(mktemp)
 trap 'rm -f "$dis"' EXIT
 objdump -d --no-show-raw-insn "$so" >"$dis"
 body() { awk -v f="<$1>:" '$2 == f {on = 1; next} on && /^$/ {exit} on' "$dis"; }
+# Whether CALLER calls or tail-calls CALLEE, a clone of it (name.llvm.N,
+# .specialized.N) or its PLT entry.
+calls() { body "$1" | grep -Eq "(call|jmp) +[0-9a-f]+ <$2([.@][^>]*)?>"; }
 for pair in rustofi_send:rustofi_isend rustofi_mtl_irecv:rustofi_irecv; do
   caller=${pair%%:*} callee=${pair#*:}
   n=$(body "$caller" | wc -l)
   [ "$n" -gt 0 ] || { fail "$caller not found in $so"; continue; }
-  # also a clone of the callee (name.llvm.N, .specialized.N) or its PLT entry
-  if body "$caller" | grep -Eq "(call|jmp) +[0-9a-f]+ <$callee([.@][^>]*)?>"; then
+  if calls "$caller" "$callee"; then
     fail "$caller calls $callee: not inlined (was the component built with LTO?)"
   else
     echo "ok   $caller holds $callee inline ($n instructions)"
@@ -91,7 +93,7 @@ if [ "${LTO_CHECK_PLAIN:-1}" = 1 ]; then
   objdump -d --no-show-raw-insn "$plain/mca_mtl_rustofi.so" >"$dis"
   for pair in rustofi_send:rustofi_isend rustofi_mtl_irecv:rustofi_irecv; do
     caller=${pair%%:*} callee=${pair#*:}
-    if body "$caller" | grep -Eq "(call|jmp) +[0-9a-f]+ <$callee([.@][^>]*)?>"; then
+    if calls "$caller" "$callee"; then
       echo "ok   the plain build's $caller calls $callee"
     else
       fail "the plain build's $caller makes no call to $callee: the check cannot tell the builds apart"

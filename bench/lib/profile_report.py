@@ -56,7 +56,6 @@ class Prof:
         self.callcost = defaultdict(int)  # (ob, fn) -> Ir of the calls it makes (inclusive)
         self.calls = defaultdict(int)     # (ob, fn) -> times called
         self.arcs = defaultdict(lambda: [0, 0])  # (caller, callee) -> [calls, inclusive Ir]
-        self.files = {}                   # (ob, fn) -> source file of the function
         # (ob, fn) -> Ir of its own instructions that come from the C shim's
         # files: a function of one library holds code of both where the
         # build inlines across them (scripts/build, RUSTOFI_LTO)
@@ -75,7 +74,6 @@ class Prof:
         for k in set(self.arcs) | set(other.arcs):
             a, b = self.arcs.get(k, (0, 0)), other.arcs.get(k, (0, 0))
             r.arcs[k] = [a[0] + sign * b[0], a[1] + sign * b[1]]
-        r.files = {**other.files, **self.files}
         return r
 
     def __add__(self, other):
@@ -149,7 +147,6 @@ def parse(path):
                         fn = v
                         src = fl
                         cob = None
-                        p.files.setdefault((ob, fn), fl)
                     elif tag == "cob":
                         cob = v
                     elif tag == "cfn":

@@ -453,7 +453,6 @@ impl Core {
         let mut others = self.work;
         others.set(TickWork::QUEUED, false);
         let want = TickWork::of(
-            false,
             !self.open_bundles.is_empty(),
             !self.retired.is_empty(),
             self.flow.any_waiting(),

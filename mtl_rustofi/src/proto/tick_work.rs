@@ -52,10 +52,10 @@ impl TickWork {
         self.0 == 0
     }
 
-    /// The byte the sources' own state gives.
-    pub(super) fn of(queued: bool, bundles: bool, retired: bool, deferred: bool) -> TickWork {
+    /// The byte the collections' own state gives (the queued bit, a flag
+    /// of its own, clear).
+    pub(super) fn of(bundles: bool, retired: bool, deferred: bool) -> TickWork {
         let mut w = TickWork::default();
-        w.set(Self::QUEUED, queued);
         w.set(Self::BUNDLES, bundles);
         w.set(Self::RETIRED, retired);
         w.set(Self::DEFERRED, deferred);
@@ -94,11 +94,8 @@ mod tests {
             }
         }
         assert!(w.is_empty());
-        assert_eq!(
-            TickWork::of(false, false, false, false),
-            TickWork::default()
-        );
-        assert!(TickWork::of(false, false, true, false).has(TickWork::RETIRED));
-        assert!(!TickWork::of(true, true, false, true).has(TickWork::RETIRED));
+        assert_eq!(TickWork::of(false, false, false), TickWork::default());
+        assert!(TickWork::of(false, true, false).has(TickWork::RETIRED));
+        assert!(!TickWork::of(true, false, true).has(TickWork::RETIRED));
     }
 }
